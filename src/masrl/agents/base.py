@@ -1,0 +1,33 @@
+"""The one agent protocol every backend implements.
+
+An agent is awaited with a conversation and returns a `Reply` (text, tokens in
+and out, cost). A trainable policy adds the token ids it sampled. Frozen HTTP
+endpoints, local models, recorded replies, tools and scripted agents are all
+agents; systems never know which kind they hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from masrl.types import Message, Reply
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+
+    async def __call__(self, messages: Sequence[Message]) -> Reply: ...
+
+
+def as_messages(messages: Sequence[Message] | str) -> tuple[Message, ...]:
+    """Accept a bare string as a single user turn."""
+    if isinstance(messages, str):
+        return (Message("user", messages),)
+    return tuple(messages)
+
+
+def approx_tokens(text: str) -> int:
+    """Token estimate for backends that report none (about 4 characters a token)."""
+    return max(1, (len(text) + 3) // 4) if text else 0

@@ -1,0 +1,149 @@
+"""Typed records that cross module boundaries: messages, replies, calls, episodes.
+
+Vocabulary (see DESIGN.md, "One engine"):
+- a **Reply** is what any agent backend returns: text, token counts, cost, and
+  for a trainable policy the token ids it sampled;
+- a **Call** is one agent invocation inside an episode, with its prompt, reply,
+  parsed action and immediate rewards; calls are the unit of training data;
+- an **Episode** is the tree of calls drawn for one task: parallel sampling is a
+  tree that branches only at the root, so one shape serves every sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant" | "tool"
+    content: str
+
+
+@dataclass(frozen=True)
+class Price:
+    """Dollars per 1,000 input and output tokens."""
+
+    input_per_1k: float = 0.0
+    output_per_1k: float = 0.0
+
+    def cost(self, tokens_in: int, tokens_out: int) -> float:
+        return tokens_in * self.input_per_1k / 1000.0 + tokens_out * self.output_per_1k / 1000.0
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one agent invocation returns, whatever the backend."""
+
+    text: str
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    finish_reason: str = "stop"  # "stop" | "length"
+    # Trainable policies only: the exact token ids of prompt and sampled
+    # response, and the policy (adapter) that produced them.
+    prompt_ids: tuple[int, ...] | None = None
+    response_ids: tuple[int, ...] | None = None
+    policy: str | None = None
+
+    @property
+    def trainable(self) -> bool:
+        return self.policy is not None and self.response_ids is not None
+
+
+class AgentError(RuntimeError):
+    """A backend failed to produce a usable reply (timeout, HTTP error, garbage).
+
+    The rollout records the failure on the call and marks the trajectory failed;
+    it never propagates into the training step.
+    """
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    """One problem instance. The task family that made it owns its verification."""
+
+    id: str
+    question: str
+    answer: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One agent invocation in an episode tree.
+
+    `id` is the node's path in the tree ("0", "0.2", "0.2.1"); `parent` is the
+    id of the call whose outcome this call continues from, None at the root.
+    """
+
+    id: str
+    parent: str | None
+    agent: str
+    role: str
+    turn: int
+    messages: tuple[Message, ...]
+    reply: Reply | None  # None when the backend failed (see `error`)
+    action: Any = None
+    rewards: Mapping[str, float] = field(default_factory=dict)  # components, unweighted
+    reward: float = 0.0  # immediate reward: weighted sum of the components
+    done: bool = False  # this call ended its trajectory
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def cost(self) -> float:
+        return self.reply.cost if self.reply else 0.0
+
+
+@dataclass(frozen=True)
+class Episode:
+    """All calls drawn for one task, as a tree (calls listed parents first)."""
+
+    task: TaskItem
+    calls: tuple[Call, ...]
+
+    def children(self, call_id: str | None) -> list[Call]:
+        return [c for c in self.calls if c.parent == call_id]
+
+    def leaves(self) -> list[Call]:
+        parents = {c.parent for c in self.calls}
+        return [c for c in self.calls if c.id not in parents]
+
+    def path(self, leaf: Call) -> list[Call]:
+        """The trajectory from the root to `leaf`, root first."""
+        by_id = {c.id: c for c in self.calls}
+        out = [leaf]
+        while out[-1].parent is not None:
+            out.append(by_id[out[-1].parent])
+        return out[::-1]
+
+    def failed_ids(self) -> set[str]:
+        """Calls on a trajectory that hit a backend failure: ancestors of a failed
+        leaf whose every descendant leaf failed, and the failed calls themselves."""
+        failed: set[str] = set()
+        for call in reversed(self.calls):  # children before parents
+            kids = self.children(call.id)
+            if call.failed or (kids and all(k.id in failed for k in kids)):
+                failed.add(call.id)
+        return failed
+
+    @property
+    def cost(self) -> float:
+        return sum(c.cost for c in self.calls)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One trainable call flattened for the update: token ids and its advantage."""
+
+    policy: str
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    advantage: float
+    weight: float = 1.0  # per-sample loss scale (e.g. 1/leaves in the router's tree)
