@@ -1,0 +1,261 @@
+"""Trainable HF causal-LM policies: one base model, several named LoRA adapters.
+
+Every trainable role in masrl is a named *policy*. With LoRA (the default) all
+policies are adapters on one copy of the base weights; the reference policy for
+the KL term is that base with the adapters disabled, so it costs no memory.
+With ``lora_rank=0`` the single policy is fully fine-tuned and the reference is
+a frozen copy (only built when the KL coefficient is non-zero).
+
+Log-probs for the update are computed only at response positions: the forward
+pass keeps logits for the last R+1 positions (``logits_to_keep``) of a batch
+laid out as [left-padded prompt | right-padded response], so full-vocabulary
+logits never exist for prompt tokens, and callers pass micro-batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from masrl.algos.losses import token_logprobs
+from masrl.models import LoadedModel
+from masrl.types import Message, Price, Reply
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Generation:
+    response_ids: tuple[int, ...]
+    text: str
+    finish_reason: str  # "stop" | "length"
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
+    """Token ids of a conversation rendered with the chat template, ready to answer."""
+    text = tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True, tokenize=False
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@torch.no_grad()
+def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    """One batched `generate` call: left padding, KV cache, stop strings."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if params.greedy:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    else:
+        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+    if params.stop:
+        kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
+    out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
+    return [finish_row(tokenizer, row.tolist(), params) for row in out[:, width:]]
+
+
+def finish_row(tokenizer, tokens: list[int], params: SamplingParams) -> Generation:
+    """Cut a generated row at its end: the first EOS, or a stop string."""
+    eos = tokenizer.eos_token_id
+    end = tokens.index(eos) if eos in tokens else len(tokens)
+    body = tokens[:end]
+    text = tokenizer.decode(body, skip_special_tokens=True)
+    if any(stop in text for stop in params.stop):
+        # generate() halts on the step that completes a stop string and pads
+        # after it (pad may equal EOS): the response is `body`, no padding.
+        return Generation(tuple(body), text, "stop")
+    if end < len(tokens):  # a real EOS: it is part of what the policy chose
+        return Generation(tuple(body + [eos]), text, "stop")
+    return Generation(tuple(body), text, "length")
+
+
+class PolicyModel:
+    """A base model carrying one LoRA adapter per policy name."""
+
+    def __init__(self, loaded: LoadedModel, policies: Sequence[str], lora: LoraSpec | None, keep_reference: bool = True):
+        if not policies:
+            raise ValueError("PolicyModel needs at least one policy name")
+        if lora is None and len(policies) > 1:
+            raise ValueError("full fine-tuning trains one policy per base model; use LoRA for several policies")
+        self.tokenizer = loaded.tokenizer
+        self.policies = tuple(policies)
+        self.lora = lora
+        self._lock = threading.Lock()  # one forward/generate at a time on the shared weights
+        self._reference: torch.nn.Module | None = None
+        if lora is None:
+            self.model = loaded.model
+            if keep_reference:
+                self._reference = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+        else:
+            from peft import LoraConfig, get_peft_model
+
+            cfg = LoraConfig(
+                r=lora.rank,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(loaded.model, cfg, adapter_name=self.policies[0])
+            for name in self.policies[1:]:
+                self.model.add_adapter(name, cfg)
+        self.model.eval()
+
+    # ---- parameters -------------------------------------------------------
+    def parameters(self, policy: str) -> list[torch.nn.Parameter]:
+        """The trainable tensors of one policy (its adapter, or all weights)."""
+        self._check(policy)
+        if self.lora is None:
+            return [p for p in self.model.parameters()]
+        marker = f".{policy}."
+        params = [p for n, p in self.model.named_parameters() if "lora_" in n and marker in n]
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    def state_dict(self, policy: str) -> dict[str, torch.Tensor]:
+        self._check(policy)
+        if self.lora is None:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=policy).items()}
+
+    def load_state_dict(self, policy: str, state: dict[str, torch.Tensor]) -> None:
+        self._check(policy)
+        if self.lora is None:
+            self.model.load_state_dict(state)
+            return
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self.model, state, adapter_name=policy)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(f"adapter state for {policy!r} has unexpected keys: {unexpected[:3]}")
+
+    def save(self, policy: str, path: Path) -> None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in self.state_dict(policy).items()}, str(path))
+
+    def load(self, policy: str, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        self.load_state_dict(policy, load_file(str(path)))
+
+    # ---- which weights are active -------------------------------------------
+    @contextlib.contextmanager
+    def use(self, policy: str | None) -> Iterator[torch.nn.Module]:
+        """Run the named policy, or the reference (base, adapters off) for None."""
+        if policy is None:
+            if self.lora is None:
+                if self._reference is None:
+                    raise RuntimeError("no reference model was kept (kl_coef is 0)")
+                yield self._reference
+            else:
+                with self.model.disable_adapter():
+                    yield self.model
+            return
+        self._check(policy)
+        if self.lora is not None:
+            self.model.set_adapter(policy)
+        yield self.model
+
+    def _check(self, policy: str) -> None:
+        if policy not in self.policies:
+            raise KeyError(f"unknown policy {policy!r}; known: {', '.join(self.policies)}")
+
+    # ---- generation --------------------------------------------------------
+    def encode_chat(self, messages: Sequence[Message]) -> list[int]:
+        return encode_chat(self.tokenizer, messages)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
+        with self._lock, self.use(policy) as model:
+            return generate_batch(model, self.tokenizer, prompts, params)
+
+    # ---- log-probs for the update ---------------------------------------------
+    def response_logprobs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        responses: Sequence[Sequence[int]],
+        policy: str | None,
+        temperature: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs of each response token: ([B, R] float, [B, R] mask).
+
+        Grad flows when called under grad mode. Pass a micro-batch: the logits
+        kept are [B, R+1, V] for the response positions only.
+        """
+        tok = self.tokenizer
+        p_len = max(len(p) for p in prompts)
+        r_len = max(max(len(r) for r in responses), 1)
+        batch = len(prompts)
+        ids = torch.full((batch, p_len + r_len), tok.pad_token_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            ids[i, p_len - len(p) : p_len] = torch.tensor(p, dtype=torch.long)
+            ids[i, p_len : p_len + len(r)] = torch.tensor(list(r), dtype=torch.long)
+            attn[i, p_len - len(p) : p_len + len(r)] = 1
+        # Positions as generate() saw them under left padding.
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        with self.use(policy) as model:
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_len + 1, use_cache=False)
+        logits = out.logits[:, :-1]  # [B, R, V]: position P-1+j predicts response token j
+        logp = token_logprobs(logits, ids[:, p_len:], temperature)  # [B, R]
+        return logp, attn[:, p_len:].to(logp.dtype)
+
+
+class PolicyAgent:
+    """A trainable policy seen through the agent protocol."""
+
+    def __init__(self, name: str, policy: str, service, model: PolicyModel, params: SamplingParams, price: Price = Price()):
+        self.name = name
+        self.policy = policy
+        self.service = service
+        self.model = model
+        self.params = params
+        self.price = price
+
+    async def __call__(self, messages: Sequence[Message]) -> Reply:
+        prompt = self.model.encode_chat(messages)
+        gen = await self.service.generate(prompt, self.params, self.policy)
+        n_in, n_out = len(prompt), len(gen.response_ids)
+        return Reply(
+            text=gen.text,
+            tokens_in=n_in,
+            tokens_out=n_out,
+            cost=self.price.cost(n_in, n_out),
+            finish_reason=gen.finish_reason,
+            prompt_ids=tuple(prompt),
+            response_ids=gen.response_ids,
+            policy=self.policy,
+        )

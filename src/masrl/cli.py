@@ -1,0 +1,137 @@
+"""`masrl train | eval | models | serve`.
+
+Config mistakes print one message and exit with code 2 (no traceback); a run
+that cannot go on exits with code 1 and says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from masrl.config import ConfigError, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="masrl", description="Train multi-agent LLM systems with RL.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train with a config (default: the packaged single-agent GRPO demo)")
+    t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
+    t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+
+    e = sub.add_parser("eval", help="greedy evaluation on held-out items")
+    e.add_argument("target", nargs="?", help="a run directory, or a YAML config to evaluate untrained")
+    e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.size=50 model.name=tiny")
+    e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
+
+    sub.add_parser("models", help="list the built-in models and whether they are ready")
+
+    s = sub.add_parser("serve", help="serve a trained policy over an OpenAI-compatible HTTP API")
+    s.add_argument("run_dir", help="a run directory")
+    s.add_argument("--policy", help="which policy to serve (default: the first)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    return p
+
+
+def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
+    """`masrl train a.b=1` has an override where the config would be."""
+    if arg is not None and "=" in arg and not Path(arg).exists():
+        return None, [arg, *overrides]
+    return arg, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"masrl: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("masrl: interrupted; resume from the last checkpoint with --resume", file=sys.stderr)
+        return 130
+
+
+def _train(args) -> int:
+    from masrl.train import TrainingError, train
+
+    try:
+        if args.resume:
+            if args.config or args.overrides:
+                raise ConfigError("--resume takes the run's saved config; pass no config or overrides")
+            if not (Path(args.resume) / "config.yaml").exists():
+                raise ConfigError(f"{args.resume} is not a run directory (no config.yaml)")
+            run_dir = train(None, resume=args.resume)
+        else:
+            path, overrides = _split_config(args.config, args.overrides)
+            config = load_config(path, overrides)
+            run_dir = train(config)
+    except TrainingError as exc:
+        print(f"masrl: training stopped: {exc}", file=sys.stderr)
+        return 1
+    print(f"masrl: run directory {run_dir}")
+    return 0
+
+
+def _eval(args) -> int:
+    from masrl.evaluate import evaluate
+    from masrl.train import TrainingError, load_trained
+
+    target, overrides = _split_config(args.target, args.overrides)
+    try:
+        if target and Path(target).is_dir():
+            if overrides:
+                raise ConfigError("a run directory is evaluated with its saved config; pass no overrides")
+            engine = load_trained(Path(target))
+            out = Path(args.out) if args.out else Path(target) / "eval.json"
+        else:
+            from masrl.engine import build_engine
+
+            engine = build_engine(load_config(target, overrides))
+            out = Path(args.out) if args.out else None
+    except TrainingError as exc:
+        print(f"masrl: {exc}", file=sys.stderr)
+        return 1
+    items = engine.task.items("eval", 0, engine.config.eval.size)
+    result = evaluate(engine, items)
+    summary = result.summary()
+    print(json.dumps(summary, indent=2))
+    if out is not None:
+        from masrl.checkpoint import atomic_write_json
+
+        atomic_write_json(out, summary)
+        print(f"masrl: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _models(args) -> int:
+    from masrl.models import cache_dir, describe_models
+
+    for m in describe_models():
+        print(f"{m['name']:10s} {m['what']}\n{'':10s} {m['status']}")
+    print(f"cache: {cache_dir()} (set MASRL_CACHE to move it)")
+    return 0
+
+
+def _serve(args) -> int:
+    from masrl.serve import serve
+    from masrl.train import load_trained
+
+    engine = load_trained(Path(args.run_dir))
+    policy = args.policy or engine.model.policies[0]
+    if policy not in engine.eval_agents:
+        raise ConfigError(f"no policy {policy!r}; this run has {', '.join(engine.eval_agents)}")
+    serve(engine.eval_agents[policy], model_name=policy, host=args.host, port=args.port)
+    return 0
+
+
+_COMMANDS = {"train": _train, "eval": _eval, "models": _models, "serve": _serve}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""One typed config: a YAML file plus dotted command-line overrides.
+
+`load_config(path, overrides)` merges, validates and returns a frozen `Config`
+before any model loads. Every mistake (unknown key, wrong type, value out of
+range, missing file) becomes one `ConfigError` whose message names each bad
+field; the CLI prints it and exits with code 2. The resolved config is saved in
+the run directory, so `masrl train --resume RUN_DIR` and `masrl eval RUN_DIR`
+need nothing else.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message is meant for the user as is."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunConfig(Section):
+    dir: str = Field("runs/default", description="run directory (metrics, checkpoints, samples)")
+    seed: int = Field(0, description="seed for sampling, data order and initialisation")
+
+
+class ModelConfig(Section):
+    name: str = Field("smollm2", description="'smollm2', 'tiny', a local HF directory, or a hub id")
+    lora_rank: int = Field(16, ge=0, description="LoRA rank; 0 means full fine-tuning")
+    lora_alpha: int = Field(32, gt=0)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class TaskConfig(Section):
+    kind: Literal["math", "jsonl"] = "math"
+    dataset: str = Field("basic_arithmetic", description="reasoning-gym dataset name (kind=math)")
+    difficulty: Literal["easy", "medium", "hard"] = "easy"
+    config: dict[str, Any] = Field(default_factory=dict, description="raw reasoning-gym config overrides")
+    path: str | None = Field(None, description="JSONL file with question/answer lines (kind=jsonl)")
+    seed: int = 1234
+
+
+class SystemConfig(Section):
+    kind: Literal["single"] = "single"
+    prompt: str = Field(
+        "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
+        description="system prompt of the single agent",
+    )
+
+
+class SamplerConfig(Section):
+    rule: Literal["parallel"] = "parallel"
+    group_size: int = Field(8, ge=1, description="G: episodes drawn per task")
+
+
+class RolloutConfig(Section):
+    max_new_tokens: int = Field(64, gt=0)
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature during training")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_batch: int = Field(64, gt=0, description="largest generate() batch")
+
+
+class RewardConfig(Section):
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {"correct": 1.0, "format": 0.1},
+        description="weight of each reward component (correct, format)",
+    )
+
+
+class AlgoConfig(Section):
+    advantage: Literal["grpo", "grpo_mean", "rloo", "reinforce_baseline", "reinforce"] = "grpo"
+    credit: Literal["tree_q"] = "tree_q"
+    grouping: Literal["task", "siblings"] = "task"
+    aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
+    clip_high: float = Field(0.2, ge=0.0)
+    kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the reference; 0 skips the reference pass")
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    epochs: int = Field(1, ge=1, description="update epochs over each batch (1 = on-policy)")
+    skip_zero_advantage: bool = Field(True, description="leave samples with advantage 0 out of the update")
+
+
+class TrainerConfig(Section):
+    steps: int = Field(40, ge=1)
+    batch_size: int = Field(8, ge=1, description="tasks per step")
+    lr: float = Field(2e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    micro_batch: int = Field(8, ge=1, description="sequences per forward/backward")
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    checkpoint_every: int = Field(10, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
+
+
+class EvalConfig(Section):
+    size: int = Field(100, ge=1, description="held-out items")
+    before: bool = Field(True, description="evaluate the untrained policy before step 1")
+    every: int = Field(0, ge=0, description="evaluate every N steps; 0 = only at the end")
+    max_new_tokens: int = Field(64, gt=0)
+
+
+class Config(Section):
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    system: SystemConfig = SystemConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    reward: RewardConfig = RewardConfig()
+    algo: AlgoConfig = AlgoConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Config":
+        if self.task.kind == "jsonl" and not self.task.path:
+            raise ValueError("task.path is required when task.kind is 'jsonl'")
+        unknown = set(self.reward.weights) - {"correct", "format"}
+        if unknown:
+            raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
+        return self
+
+
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read YAML (or the packaged default), apply `a.b=value` overrides, validate."""
+    path = Path(path) if path else DEFAULT_CONFIG
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections, got {type(data).__name__}")
+    for item in overrides:
+        apply_override(data, item)
+    return validate(data, source=str(path))
+
+
+def apply_override(data: dict, item: str) -> None:
+    """`trainer.lr=1e-5`: the value is parsed as YAML (numbers, lists, booleans)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like section.key=value")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {item!r}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+def validate(data: dict, source: str = "config") -> Config:
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, source)) from None
+    problems = _check_files(config)
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return config
+
+
+def _check_files(config: Config) -> list[str]:
+    from masrl.models import check_model_name
+
+    problems = []
+    if config.task.kind == "jsonl" and config.task.path and not Path(config.task.path).expanduser().exists():
+        problems.append(f"task.path: file {config.task.path} does not exist")
+    model_problem = check_model_name(config.model.name)
+    if model_problem:
+        problems.append(f"model.name: {model_problem}")
+    return problems
+
+
+def _explain(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: {exc.error_count()} problem(s)"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key{_did_you_mean(err['loc'])}")
+        else:
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            lines.append(f"  {loc or 'config'}: {err['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def _did_you_mean(loc: tuple) -> str:
+    section: type[BaseModel] = Config
+    for part in loc[:-1]:
+        field = section.model_fields.get(str(part))
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return ""
+        section = field.annotation
+    close = difflib.get_close_matches(str(loc[-1]), list(section.model_fields), n=1)
+    known = ", ".join(section.model_fields)
+    return f"; did you mean '{close[0]}'?" if close else f"; known keys: {known}"
+
+
+def dump_config(config: Config, path: Path) -> None:
+    from masrl.checkpoint import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

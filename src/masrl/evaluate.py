@@ -1,0 +1,57 @@
+"""Greedy evaluation on held-out items: accuracy, tokens, cost.
+
+Each item is one episode under the greedy agents (branching width 1). An
+episode counts as correct when its final call's `correct` reward is 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from masrl.rollout.tree import Parallel, rollout
+from masrl.types import Episode, TaskItem
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    format: float
+    mean_tokens: float
+    cost: float
+    failed: int
+    items: int
+    seconds: float
+    episodes: tuple[Episode, ...]
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "accuracy": self.accuracy,
+            "format": self.format,
+            "mean_tokens": self.mean_tokens,
+            "cost": self.cost,
+            "failed": float(self.failed),
+            "items": float(self.items),
+            "seconds": self.seconds,
+        }
+
+
+def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
+    started = time.perf_counter()
+    episodes = asyncio.run(rollout(engine.system, engine.eval_agents, items, Parallel(1)))
+    finals = [ep.leaves()[0] for ep in episodes]
+    ok = [c for c in finals if not c.failed]
+    tokens = [sum(c.reply.tokens_out for c in ep.calls if c.reply) for ep in episodes]
+    n = max(len(items), 1)
+    return EvalResult(
+        accuracy=sum(c.rewards.get("correct", 0.0) for c in ok) / n,
+        format=sum(c.rewards.get("format", 0.0) for c in ok) / n,
+        mean_tokens=sum(tokens) / n,
+        cost=sum(ep.cost for ep in episodes),
+        failed=len(finals) - len(ok),
+        items=len(items),
+        seconds=time.perf_counter() - started,
+        episodes=tuple(episodes),
+    )

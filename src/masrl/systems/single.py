@@ -1,0 +1,42 @@
+"""The single-agent system: one call answers the task; the task grades it.
+
+The degenerate multi-agent system: one agent, one turn. Its reward is the
+weighted sum of the task's components (correctness, and a separate format
+term so a small model gets credit for the answer protocol before it is right).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from masrl.rollout.tree import Step, Transition
+from masrl.tasks.base import Task
+from masrl.tasks.rewards import reward_terms
+from masrl.types import Message, Reply, TaskItem
+
+
+@dataclass(frozen=True)
+class SingleState:
+    task: TaskItem
+
+
+@dataclass(frozen=True)
+class SingleAgentSystem:
+    task_family: Task
+    prompt: str
+    weights: Mapping[str, float]
+    agent: str = "solver"
+
+    def start(self, task: TaskItem) -> SingleState:
+        return SingleState(task)
+
+    def next_step(self, state: SingleState) -> Step:
+        messages = (Message("system", self.prompt), Message("user", state.task.question))
+        return Step(agent=self.agent, role=self.agent, turn=0, messages=messages)
+
+    def advance(self, state: SingleState, step: Step, reply: Reply) -> Transition:
+        terms = reward_terms(self.task_family, state.task, reply.text)
+        reward = sum(self.weights.get(k, 0.0) * v for k, v in terms.items())
+        answer = self.task_family.extract_answer(reply.text)
+        return Transition(state=state, action=answer, rewards=terms, reward=reward, done=True)

@@ -1,0 +1,301 @@
+"""`train(config)`: sample, score, advantage, update, log, checkpoint.
+
+One step:
+1. sample  - expand an episode tree for each task of the batch (the sampler's
+             branching rule; generation batched across all episodes);
+2. score   - credit turns the tree's rewards into a return per call;
+3. advantage - calls are grouped (which calls compare) and the advantage
+             estimator normalises returns within each group;
+4. update  - every trainable call becomes a sample of its policy's batch; one
+             optimiser step per policy;
+5. log     - metrics.jsonl, TensorBoard, a few episodes in samples.jsonl;
+6. checkpoint - adapters, optimisers, RNG states and the data position,
+             written atomically every N steps.
+
+Failed calls (a frozen backend that timed out or answered garbage) end their
+trajectory; those trajectories are left out of the update and counted. A step
+in which every trajectory failed stops the run with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
+from masrl.algos.credit import CREDITS, GROUPINGS, trainable_calls
+from masrl.checkpoint import (
+    atomic_write_json,
+    capture_rng,
+    latest_checkpoint,
+    read_meta,
+    restore_rng,
+    save_checkpoint,
+)
+from masrl.config import Config, dump_config, load_config
+from masrl.engine import Engine, build_engine
+from masrl.evaluate import evaluate
+from masrl.rollout.tree import rollout
+from masrl.types import Episode, Sample
+from masrl.update import UpdateSettings, update_policy
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (e.g. every episode of a step failed)."""
+
+
+@dataclass(frozen=True)
+class Scored:
+    samples: dict[str, list[Sample]]  # policy -> batch
+    advantages: dict[tuple[int, str], float]  # (episode index, call id) -> advantage
+    metrics: dict[str, float]
+
+
+# ---------------------------------------------------------------- pure phases
+def score(episodes: Sequence[Episode], config: Config) -> Scored:
+    """Credit, grouping and advantages: episodes in, per-policy samples out."""
+    algo = config.algo
+    returns = [CREDITS[algo.credit](ep, algo.gamma) for ep in episodes]
+    calls = trainable_calls(episodes)
+    if not calls:
+        return Scored({}, {}, {})
+    keys = [GROUPINGS[algo.grouping](i, c) for i, c in calls]
+    ret = torch.tensor([returns[i][c.id] for i, c in calls], dtype=torch.float64)  # [N]
+    adv = ADVANTAGES[algo.advantage](ret, group_ids_from_keys(keys))  # [N]
+    samples: dict[str, list[Sample]] = defaultdict(list)
+    for (i, c), a in zip(calls, adv.tolist()):
+        if algo.skip_zero_advantage and a == 0.0:
+            continue
+        samples[c.reply.policy].append(Sample(c.reply.policy, c.reply.prompt_ids, c.reply.response_ids, a))
+    advantages = {(i, c.id): a for (i, c), a in zip(calls, adv.tolist())}
+    return Scored(dict(samples), advantages, {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())})
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    leaves = [leaf for ep in episodes for leaf in ep.leaves()]
+    ok = [leaf for leaf in leaves if not leaf.failed]
+    calls = [c for ep in episodes for c in ep.calls if c.reply is not None]
+    out = {
+        "trajectories": float(len(leaves)),
+        "failed": float(len(leaves) - len(ok)),
+        "cost": sum(ep.cost for ep in episodes),
+        "response_tokens_mean": sum(c.reply.tokens_out for c in calls) / max(len(calls), 1),
+        "reward": sum(sum(c.reward for c in ep.path(leaf)) for ep in episodes for leaf in ep.leaves() if not leaf.failed)
+        / max(len(ok), 1),
+    }
+    components: dict[str, list[float]] = defaultdict(list)
+    for leaf in ok:
+        for k, v in leaf.rewards.items():
+            components[k].append(v)
+    out.update({f"reward/{k}": sum(v) / len(v) for k, v in components.items()})
+    return out
+
+
+def episode_record(step: int, ep: Episode, advantages: dict[tuple[int, str], float], index: int) -> dict:
+    return {
+        "step": step,
+        "task": {"id": ep.task.id, "question": ep.task.question, "answer": ep.task.answer},
+        "calls": [
+            {
+                "id": c.id,
+                "parent": c.parent,
+                "agent": c.agent,
+                "turn": c.turn,
+                "prompt": [[m.role, m.content] for m in c.messages],
+                "response": c.reply.text if c.reply else None,
+                "tokens_in": c.reply.tokens_in if c.reply else 0,
+                "tokens_out": c.reply.tokens_out if c.reply else 0,
+                "cost": c.cost,
+                "action": c.action if isinstance(c.action, (str, int, float, type(None))) else repr(c.action),
+                "rewards": dict(c.rewards),
+                "reward": c.reward,
+                "advantage": advantages.get((index, c.id)),
+                "error": c.error,
+            }
+            for c in ep.calls
+        ],
+    }
+
+
+# ------------------------------------------------------------------ the loop
+def train(config: Config | None, resume: str | Path | None = None, model=None) -> Path:
+    run_dir = Path(resume) if resume else Path(config.run.dir)
+    if resume:
+        config = load_config(run_dir / "config.yaml")
+    start = _prepare_run_dir(run_dir, config, resume is not None)
+    engine = build_engine(config, model=model)
+    settings = _update_settings(config)
+    logger = RunLogger(run_dir, purge_after=start)
+    if start > 0:
+        _restore(engine, latest_checkpoint(run_dir))
+    elif config.eval.before:
+        _log_eval(engine, logger, 0, "before")
+
+    cfg = config.trainer
+    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
+    for step in range(start + 1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
+        episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))  # 1. sample
+        t_sample = time.perf_counter() - t0
+        metrics = episode_metrics(episodes)
+        if metrics["failed"] == metrics["trajectories"]:
+            first = next(c.error for ep in episodes for c in ep.calls if c.error)
+            raise TrainingError(f"step {step}: every episode failed; first error: {first}")
+        scored = score(episodes, config)  # 2-3. score and advantage
+        t1 = time.perf_counter()
+        for policy, samples in scored.samples.items():  # 4. update
+            upd = update_policy(engine.model, policy, samples, engine.optimizers[policy], settings)
+            metrics.update({f"{policy}/{k}": v for k, v in upd.items()})
+        t_update = time.perf_counter() - t1
+        gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
+        upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss)
+        metrics.update(scored.metrics)
+        metrics.update(
+            sample_seconds=t_sample,
+            update_seconds=t_update,
+            gen_tokens_per_s=gen_tokens / max(t_sample, 1e-9),
+            update_tokens_per_s=upd_tokens / max(t_update, 1e-9) if upd_tokens else 0.0,
+        )
+        logger.log(step, metrics)  # 5. log
+        logger.episodes(step, episodes[: cfg.log_episodes], scored.advantages)
+        bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
+        bar.update(1)
+        if config.eval.every and step % config.eval.every == 0 and step != cfg.steps:
+            _log_eval(engine, logger, step, f"step {step}")
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:  # 6. checkpoint
+            _checkpoint(engine, run_dir, step)
+    bar.close()
+    _log_eval(engine, logger, cfg.steps, "after")
+    logger.close()
+    return run_dir
+
+
+# ---------------------------------------------------------------- helpers
+def _update_settings(config: Config) -> UpdateSettings:
+    a, t = config.algo, config.trainer
+    return UpdateSettings(
+        micro_batch=t.micro_batch,
+        epochs=a.epochs,
+        kl_coef=a.kl_coef,
+        aggregation=a.aggregation,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        max_grad_norm=t.max_grad_norm,
+        temperature=config.rollout.temperature,
+    )
+
+
+def _prepare_run_dir(run_dir: Path, config: Config, resuming: bool) -> int:
+    """The step to continue from (0 for a new run)."""
+    if resuming:
+        ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise TrainingError(f"{run_dir} has no complete checkpoint to resume from")
+        return int(read_meta(ckpt)["step"])
+    if latest_checkpoint(run_dir) is not None:
+        raise TrainingError(f"{run_dir} already holds a run; resume it with --resume {run_dir} or choose run.dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dump_config(config, run_dir / "config.yaml")
+    return 0
+
+
+def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
+    files = {}
+    for p in engine.model.policies:
+        files[f"policy/{p}.safetensors"] = lambda path, p=p: engine.model.save(p, path)
+        files[f"optimizer/{p}.pt"] = lambda path, p=p: torch.save(engine.optimizers[p].state_dict(), path)
+    files["rng.pt"] = lambda path: torch.save(capture_rng(), path)
+    data_position = step * engine.config.trainer.batch_size
+    save_checkpoint(run_dir, step, files, {"data_position": data_position}, keep=engine.config.trainer.keep_checkpoints)
+
+
+def _restore(engine: Engine, ckpt: Path) -> None:
+    for p in engine.model.policies:
+        engine.model.load(p, ckpt / "policy" / f"{p}.safetensors")
+        engine.optimizers[p].load_state_dict(torch.load(ckpt / "optimizer" / f"{p}.pt", weights_only=False))
+    restore_rng(torch.load(ckpt / "rng.pt", weights_only=False))
+
+
+def load_trained(run_dir: Path, model=None) -> Engine:
+    """An engine with the run's latest checkpoint loaded (for eval and serve)."""
+    config = load_config(run_dir / "config.yaml")
+    engine = build_engine(config, model=model)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise TrainingError(f"{run_dir} has no checkpoint")
+    for p in engine.model.policies:
+        engine.model.load(p, ckpt / "policy" / f"{p}.safetensors")
+    return engine
+
+
+def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str) -> dict[str, float]:
+    items = engine.task.items("eval", 0, engine.config.eval.size)
+    result = evaluate(engine, items)
+    summary = result.summary()
+    logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
+    tqdm.write(
+        f"eval {label}: accuracy {summary['accuracy']:.3f} on {result.items} held-out items, "
+        f"{summary['mean_tokens']:.1f} tokens, cost ${summary['cost']:.4f}"
+    )
+    return summary
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard + samples.jsonl; a resumed run drops lines past its checkpoint."""
+
+    def __init__(self, run_dir: Path, purge_after: int):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.run_dir = run_dir
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.samples_path = run_dir / "samples.jsonl"
+        for path in (self.metrics_path, self.samples_path):
+            _truncate_after(path, purge_after)
+        self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge_after + 1 if purge_after else None)
+
+    def log(self, step: int, metrics: dict[str, float], kind: str = "train") -> None:
+        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps({"step": step, "kind": kind, **clean}) + "\n")
+        for k, v in metrics.items():
+            if math.isfinite(v):
+                self.tb.add_scalar(k if kind == "train" else k, v, step)
+        self.tb.flush()
+
+    def episodes(self, step: int, episodes: Sequence[Episode], advantages: dict) -> None:
+        with self.samples_path.open("a") as f:
+            for i, ep in enumerate(episodes):
+                f.write(json.dumps(episode_record(step, ep, advantages, i)) + "\n")
+
+    def close(self) -> None:
+        self.tb.close()
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Keep only lines with step <= `step` (lines from steps a crash lost are dropped)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    if step == 0:
+        kept = []
+    from masrl.checkpoint import atomic_write_text
+
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def final_eval_path(run_dir: Path) -> Path:
+    return run_dir / "eval.json"
+
+
+def save_eval(run_dir: Path, summary: dict) -> None:
+    atomic_write_json(final_eval_path(run_dir), summary)

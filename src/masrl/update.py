@@ -1,0 +1,97 @@
+"""One optimiser step of one policy on its batch of samples.
+
+Samples are sorted by length and cut into micro-batches; each micro-batch's
+loss is already normalised by the whole batch (token count or sequence count),
+so summing the micro-batch gradients is exactly the full-batch gradient
+(gradient accumulation 4x2 equals 1x8). With one epoch the old log-probs are
+the current ones detached, which makes the clipped surrogate's gradient the
+plain REINFORCE gradient; with more epochs they are computed once up front.
+The KL reference is the same weights with the adapter disabled.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from masrl.agents.policy import PolicyModel
+from masrl.algos.losses import total_loss
+from masrl.types import Sample
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    micro_batch: int = 8
+    epochs: int = 1
+    kl_coef: float = 0.0
+    aggregation: str = "token_mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+
+
+def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
+    """Length-sorted chunks: less padding, same summed gradient."""
+    ordered = sorted(samples, key=lambda s: (len(s.prompt_ids) + len(s.response_ids)))
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def update_policy(
+    model: PolicyModel,
+    policy: str,
+    samples: Sequence[Sample],
+    optimizer: torch.optim.Optimizer,
+    settings: UpdateSettings,
+) -> dict[str, float]:
+    if not samples:
+        return {}
+    params = model.parameters(policy)
+    batches = micro_batches(samples, settings.micro_batch)
+    if settings.aggregation == "token_mean":
+        normalizer = float(sum(len(s.response_ids) for s in samples))
+    else:
+        normalizer = float(len(samples))
+    old = [_logprobs(model, policy, mb, settings, grad=False) for mb in batches] if settings.epochs > 1 else None
+
+    sums: dict[str, float] = defaultdict(float)
+    model.model.train()
+    try:
+        for _ in range(settings.epochs):
+            optimizer.zero_grad(set_to_none=True)
+            for i, mb in enumerate(batches):
+                logp, mask = _logprobs(model, policy, mb, settings, grad=True)  # [B, R]
+                old_logp = old[i] if old is not None else logp.detach()
+                ref = _logprobs(model, None, mb, settings, grad=False)[0] if settings.kl_coef > 0 else None
+                adv = torch.tensor([s.advantage for s in mb], dtype=logp.dtype)  # [B]
+                weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype)  # [B]
+                loss, metrics = total_loss(
+                    logp, old_logp, ref, adv, mask, settings.kl_coef, settings.aggregation, normalizer,
+                    weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high,
+                )  # fmt: skip
+                loss.backward()
+                share = len(mb) / len(samples)  # metrics are averaged over micro-batches by size
+                for k, v in metrics.items():
+                    sums[k] += v * share if k not in ("loss", "pg_loss") else v
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
+            optimizer.step()
+    finally:
+        model.model.eval()
+        optimizer.zero_grad(set_to_none=True)
+    out = {k: v / settings.epochs for k, v in sums.items()}
+    out["grad_norm"] = float(grad_norm)
+    out["samples"] = float(len(samples))
+    out["response_tokens"] = normalizer if settings.aggregation == "token_mean" else float(
+        sum(len(s.response_ids) for s in samples)
+    )
+    return out
+
+
+def _logprobs(model: PolicyModel, policy: str | None, mb: Sequence[Sample], settings: UpdateSettings, grad: bool):
+    with torch.set_grad_enabled(grad):
+        return model.response_logprobs(
+            [s.prompt_ids for s in mb], [s.response_ids for s in mb], policy, settings.temperature
+        )
