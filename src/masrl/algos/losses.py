@@ -1,0 +1,169 @@
+"""Token-level policy-gradient loss on plain tensors.
+
+The surrogate is PPO's clipped importance-ratio objective applied per token
+(Schulman et al. 2017, eq. 7; as used by GRPO, Shao et al. 2024, eq. 3):
+
+    ratio_t = exp(logp_t - old_logp_t)
+    loss_t  = -min(ratio_t * A, clip(ratio_t, 1 - clip_low, 1 + clip_high) * A)
+
+with one advantage A per sequence broadcast over its tokens (or one per token).
+`clip_low != clip_high` gives DAPO's "clip-higher" (Yu et al. 2025, sec. 3.1).
+On-policy with one epoch (old_logp == logp.detach()) the ratio is 1 and the
+gradient is exactly the REINFORCE gradient -A * grad logp.
+
+An optional KL penalty to a frozen reference uses Schulman's k3 estimator
+(http://joschu.net/blog/kl-approx.html), as GRPO does (Shao et al. 2024, eq. 4).
+
+Aggregation turns per-token losses [B, T] into one scalar. The training loop
+calls it once per micro-batch and *sums* the results, so every aggregation
+takes a `normalizer` computed over the whole batch: the sum over micro-batches
+then equals the loss of the whole batch at once (gradient accumulation 8x1 ==
+1x8). `token_mean` averages over all tokens of the batch (DAPO's token-level
+loss, Yu et al. 2025, sec. 3.3); `seq_mean` averages each sequence over its
+tokens, then over sequences (GRPO's original 1/G sum_i 1/|o_i| sum_t).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of x where mask is true; 0 where nothing is masked in."""
+    m = mask.to(x.dtype)
+    if dim is None:
+        return (x * m).sum() / m.sum().clamp(min=1.0)
+    return (x * m).sum(dim) / m.sum(dim).clamp(min=1.0)
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log softmax(logits / temperature) at the target ids: [B, T, V], [B, T] -> [B, T].
+
+    Gathers then subtracts logsumexp, so no [B, T, V] log-softmax output is
+    materialised next to the (float) logits; a bf16 -> float copy is freed as
+    soon as it has been divided by the temperature.
+    """
+    x = logits.float()  # [B, T, V]; same tensor when logits is already float32
+    if temperature != 1.0:
+        x = x / temperature  # out of place: never modify the caller's logits
+    picked = x.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
+    return picked - torch.logsumexp(x, dim=-1)  # [B, T]
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 estimate of KL(pi || ref) per token, sampling from pi: [B, T] -> [B, T].
+
+    exp(ref - logp) - (ref - logp) - 1: unbiased, >= 0 everywhere, 0 when equal.
+    """
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate per token. logp, old_logp, mask [B, T]; advantages [B] or [B, T].
+
+    Returns the per-token loss [B, T] (not masked: aggregation masks) and
+    masked metrics: clip_frac (tokens whose clipped branch is active), ratio
+    mean, and approx_kl = k3 estimate of KL(old || new) on the sampled tokens.
+    """
+    adv = advantages.detach().to(logp.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1)  # [B, 1], broadcast over tokens
+    log_ratio = logp - old_logp.detach()  # [B, T]
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)  # [B, T]
+
+    with torch.no_grad():
+        low = (ratio < 1.0 - clip_low) & (adv < 0)  # [B, T]: the clipped branch is the min
+        high = (ratio > 1.0 + clip_high) & (adv > 0)
+        is_clipped = low | high
+        metrics = {
+            "clip_frac": masked_mean(is_clipped.to(logp.dtype), mask).item(),
+            "ratio_mean": masked_mean(ratio, mask).item(),
+            "approx_kl": masked_mean(kl_k3(old_logp.detach(), logp.detach()), mask).item(),
+        }
+    return per_token, metrics
+
+
+def token_mean(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    normalizer: float | None = None,
+) -> torch.Tensor:
+    """sum_b w_b sum_t loss_bt / normalizer; normalizer = masked tokens in the whole batch.
+
+    [B, T], [B, T], [B] -> scalar. Without a normalizer, this micro-batch's token count.
+    """
+    m = mask.to(per_token.dtype)  # [B, T]
+    if weights is not None:
+        m = m * weights.to(per_token.dtype).unsqueeze(-1)
+    if normalizer is None:
+        normalizer = float(mask.sum().clamp(min=1))
+    return (per_token * m).sum() / normalizer
+
+
+def seq_mean(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    normalizer: float | None = None,
+) -> torch.Tensor:
+    """sum_b w_b mean_t loss_bt / normalizer; normalizer = sequences in the whole batch.
+
+    [B, T], [B, T], [B] -> scalar. Without a normalizer, this micro-batch's size B.
+    """
+    per_seq = masked_mean(per_token, mask, dim=-1)  # [B]
+    if weights is not None:
+        per_seq = per_seq * weights.to(per_seq.dtype)
+    if normalizer is None:
+        normalizer = float(max(per_token.shape[0], 1))
+    return per_seq.sum() / normalizer
+
+
+AGGREGATIONS = {
+    "token_mean": token_mean,
+    "seq_mean": seq_mean,
+}
+
+
+def total_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    kl_coef: float,
+    aggregation: str,
+    normalizer: float | None,
+    weights: torch.Tensor | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Surrogate + kl_coef * k3(pi || ref), aggregated by AGGREGATIONS[aggregation].
+
+    logp, old_logp, ref_logp, mask [B, T]; advantages [B] or [B, T]; weights [B].
+    The KL term is skipped entirely (no reference forward needed) when
+    kl_coef == 0 or ref_logp is None. Metrics are this micro-batch's, unweighted.
+    """
+    agg = AGGREGATIONS[aggregation]
+    per_token, metrics = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high)
+    metrics["pg_loss"] = agg(per_token.detach(), mask, weights, normalizer).item()
+    if kl_coef != 0.0 and ref_logp is not None:
+        kl = kl_k3(logp, ref_logp.detach())  # [B, T]
+        metrics["kl"] = masked_mean(kl.detach(), mask).item()
+        per_token = per_token + kl_coef * kl
+    loss = agg(per_token, mask, weights, normalizer)
+    metrics["loss"] = loss.item()
+    return loss, metrics
