@@ -1,0 +1,74 @@
+"""The task-family protocol, and how a task's train and eval splits stay apart.
+
+A task family hands out `TaskItem`s by position (item i of a split is always
+the same for the same seed), pulls a final answer out of a model response, and
+scores that answer against the item's gold answer. A task owns its reward
+(STYLE.md 7): nothing outside the family needs to know how it verifies.
+
+Disjointness of train and eval is decided by the question text, not by the
+index or the seed: `held_out(question, fraction)` hashes the text and sends a
+fixed `fraction` of all possible questions to eval, forever. A question that
+is held out can never be drawn for training under any seed and at any index,
+however long training runs, and two tasks that share a question space agree on
+which questions are held out. Families are free to also draw the two splits
+from different random streams (MathTask does), but the hash is the guarantee.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from masrl.types import TaskItem
+
+SPLITS = ("train", "eval")
+
+
+@runtime_checkable
+class Task(Protocol):
+    name: str
+
+    def items(self, split: str, start: int, count: int) -> list[TaskItem]:
+        """Items start .. start+count-1 of `split` ("train" or "eval"), deterministic
+        given the task's seed. Train never runs out; eval may return fewer."""
+        ...
+
+    def score(self, item: TaskItem, answer: str) -> float:
+        """1.0 if `answer` (already extracted) is correct for `item`, else 0.0."""
+        ...
+
+    def extract_answer(self, text: str) -> str | None:
+        """The final answer stated in a model response, or None if it states none."""
+        ...
+
+
+@dataclass(frozen=True)
+class Grade:
+    correct: bool
+    answer: str | None  # what extract_answer found
+    formatted: bool  # the response stated an answer the task could find at all
+
+
+def grade(task: Task, item: TaskItem, text: str) -> Grade:
+    """Extract the final answer from a model response, then score it."""
+    answer = task.extract_answer(text)
+    if answer is None:
+        return Grade(correct=False, answer=None, formatted=False)
+    return Grade(correct=task.score(item, answer) == 1.0, answer=answer, formatted=True)
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+def held_out(question: str, fraction: float) -> bool:
+    """Whether `question` belongs to the eval split.
+
+    Unseeded on purpose: the partition of the question space must not move when
+    the seed does, or an eval question under one seed is a train question under
+    another. sha256 rather than `hash()`, which Python salts per process.
+    """
+    digest = hashlib.sha256(question.strip().encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64

@@ -1,0 +1,90 @@
+"""Question/answer pairs from a user's JSONL file, graded like any math task.
+
+Each line is a JSON object with `question` and `answer`, and optionally `id`
+and `split` ("train" or "eval"). A line without `split` goes where
+`held_out(question, eval_fraction)` sends it (base.py), so the same question
+text always lands in the same split. A question that also appears in eval is
+dropped from train, whatever the file says: eval stays as the file wrote it.
+
+The train split is shuffled once by the seed and then cycles (item i is
+train[i % n]), so training can run for more steps than the file has problems;
+a repeated problem keeps its id. Eval keeps file order and does not cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from masrl.tasks.base import SPLITS, check_split, held_out
+from masrl.tasks.math import extract_math_answer, math_equal
+from masrl.types import TaskItem
+
+
+class JsonlTask:
+    def __init__(self, path: str | Path, seed: int = 0, eval_fraction: float = 0.1):
+        if not 0.0 <= eval_fraction <= 1.0:
+            raise ValueError(f"eval_fraction must be in [0, 1], got {eval_fraction}")
+        self.path = Path(path)
+        self.name = self.path.stem
+        self.seed = seed
+        splits: dict[str, list[TaskItem]] = {split: [] for split in SPLITS}
+        for item, split in _read(self.path):
+            if split is None:
+                split = "eval" if held_out(item.question, eval_fraction) else "train"
+            splits[split].append(item)
+        eval_questions = {item.question.strip() for item in splits["eval"]}
+        self.train = [item for item in splits["train"] if item.question.strip() not in eval_questions]
+        random.Random(seed).shuffle(self.train)
+        self.eval = splits["eval"]
+
+    def items(self, split: str, start: int, count: int) -> list[TaskItem]:
+        check_split(split)
+        if split == "eval":
+            return self.eval[start : start + count]
+        if count > 0 and not self.train:
+            raise ValueError(f"{self.path}: no train items (every line is in the eval split)")
+        return [self.train[i % len(self.train)] for i in range(start, start + count)]
+
+    def score(self, item: TaskItem, answer: str) -> float:
+        return 1.0 if math_equal(item.answer, answer) else 0.0
+
+    def extract_answer(self, text: str) -> str | None:
+        return extract_math_answer(text)
+
+
+def _read(path: Path) -> list[tuple[TaskItem, str | None]]:
+    """Every record in the file with its `split` field (None when absent)."""
+    records: list[tuple[TaskItem, str | None]] = []
+    ids: set[str] = set()
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row: Any = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg})") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            for key in ("question", "answer"):
+                if key not in row:
+                    raise ValueError(f"{where}: missing required field {key!r}")
+                if isinstance(row[key], bool) or not isinstance(row[key], (str, int, float)):
+                    raise ValueError(f"{where}: field {key!r} must be a string or a number")
+            split = row.get("split")
+            if split is not None and split not in SPLITS:
+                raise ValueError(f"{where}: split must be one of {SPLITS}, got {split!r}")
+            item_id = str(row.get("id", f"{path.stem}/{number}"))
+            if item_id in ids:
+                raise ValueError(f"{where}: duplicate id {item_id!r}")
+            ids.add(item_id)
+            extra = {k: v for k, v in row.items() if k not in ("question", "answer", "id", "split")}
+            item = TaskItem(
+                id=item_id, question=str(row["question"]), answer=str(row["answer"]), metadata={"line": number, **extra}
+            )
+            records.append((item, split))
+    return records

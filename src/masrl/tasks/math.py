@@ -1,0 +1,257 @@
+"""Math problems from reasoning-gym generators, and the grading every math task shares.
+
+`MathTask` draws problems from a reasoning-gym procedural dataset. Each split
+reads its own stream of generator seeds (derived from the task seed), in
+chunks of `chunk_size` problems that are generated on first use and cached.
+A problem goes to the split that `held_out(question)` assigns it (base.py), so
+the eval split is a fixed share of the question space that training never
+sees; item i of a split is the i-th generated problem that belongs there.
+
+Grading is two functions used by every math-like task:
+- `extract_math_answer(text)`: the last `<answer>...</answer>`, else the last
+  `\\boxed{...}`, else what follows a final "Answer:" / "answer is", else the
+  last number in the text;
+- `math_equal(gold, answer)`: exact string, then exact rational equality
+  ("7" == "7.0" == "14/2", "1,000" == "1000", "−4" == "-4"), then math_verify's
+  symbolic comparison (Kydlíček et al., huggingface/Math-Verify), which never
+  raises into the caller and never touches signals outside the main thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from masrl.tasks.base import SPLITS, check_split, held_out
+from masrl.types import TaskItem
+
+LEVELS = ("easy", "medium", "hard")
+
+# Difficulty level -> reasoning-gym config overrides. "hard" is always the
+# dataset's own defaults. A dataset missing here uses its defaults at every
+# level; pass `config` to MathTask to shape it.
+DIFFICULTY: dict[str, dict[str, dict[str, Any]]] = {
+    "basic_arithmetic": {
+        # The parenthesis-free generator evaluates strictly left to right, which
+        # is only right for + and -: reasoning-gym 0.1.25 labels "814 + 707 * 965"
+        # as 1467765. So only easy (no * or /) may turn parentheses off.
+        "easy": dict(
+            min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=("+", "-"), allow_parentheses=False
+        ),
+        "medium": dict(
+            min_terms=2, max_terms=3, min_digits=1, max_digits=2, operators=("+", "-", "*"), allow_negation=False
+        ),
+        "hard": {},  # 2-6 terms, 1-4 digits, + - * /, parentheses, negated groups
+    },
+    "chain_sum": {  # chain_sum only ever uses + and -
+        "easy": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2),
+        "medium": dict(min_terms=2, max_terms=3, min_digits=1, max_digits=2),
+        "hard": {},  # 2-6 terms, 1-4 digits
+    },
+    # reasoning-gym 0.1.25 rejects any gsm_symbolic difficulty but 1.0: one level.
+    "gsm_symbolic": {"easy": {}, "medium": {}, "hard": {}},
+}
+
+# A question space of a handful of questions may hash wholly into one split,
+# leaving the other nothing to draw: give up after this many empty chunks.
+MAX_EMPTY_CHUNKS = 20
+# math_verify runs without a timeout off the main thread (see _verify); bound
+# its input instead so a pathological answer cannot stall a worker for long.
+MAX_VERIFY_CHARS = 512
+
+
+class MathTask:
+    """Problems from one reasoning-gym dataset at one difficulty level."""
+
+    def __init__(
+        self,
+        dataset: str = "basic_arithmetic",
+        seed: int = 0,
+        difficulty: str = "medium",
+        config: Mapping[str, Any] | None = None,
+        eval_fraction: float = 0.1,
+        chunk_size: int = 500,
+    ):
+        if difficulty not in LEVELS:
+            raise ValueError(f"difficulty must be one of {LEVELS}, got {difficulty!r}")
+        if not 0.0 < eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+        config = dict(config or {})
+        if {"seed", "size"} & config.keys():
+            raise ValueError("MathTask sets reasoning-gym's seed and size itself; leave them out of config")
+        self.name = dataset
+        self.dataset = dataset
+        self.seed = seed
+        self.difficulty = difficulty
+        self.overrides = {**DIFFICULTY.get(dataset, {}).get(difficulty, {}), **config}
+        self.eval_fraction = eval_fraction
+        self.chunk_size = chunk_size
+        self._items: dict[str, list[TaskItem]] = {split: [] for split in SPLITS}
+        self._chunks_read = {split: 0 for split in SPLITS}
+        self._lock = threading.Lock()  # items() may be called from several rollout workers
+        self._generator(seed=0, size=1)  # a bad dataset name or config fails here, not mid-run
+
+    def items(self, split: str, start: int, count: int) -> list[TaskItem]:
+        check_split(split)
+        with self._lock:
+            while len(self._items[split]) < start + count:
+                self._read_chunk(split)
+            return self._items[split][start : start + count]
+
+    def score(self, item: TaskItem, answer: str) -> float:
+        return 1.0 if math_equal(item.answer, answer) else 0.0
+
+    def extract_answer(self, text: str) -> str | None:
+        return extract_math_answer(text)
+
+    def _read_chunk(self, split: str) -> None:
+        """Generate chunks of this split's seed stream until one adds an item."""
+        out = self._items[split]
+        for _ in range(MAX_EMPTY_CHUNKS):
+            chunk = self._chunks_read[split]
+            self._chunks_read[split] += 1
+            # reasoning-gym seeds item j with Random(seed + j), so consecutive
+            # chunks take consecutive seed ranges: one unbroken stream per split.
+            generator = self._generator(self._stream_seed(split) + chunk * self.chunk_size, self.chunk_size)
+            before = len(out)
+            for j in range(self.chunk_size):
+                entry = generator[j]
+                if held_out(entry["question"], self.eval_fraction) != (split == "eval"):
+                    continue
+                out.append(
+                    TaskItem(
+                        id=f"{self.dataset}/{split}/{len(out)}",
+                        question=entry["question"],
+                        answer=str(entry["answer"]),
+                        metadata=entry["metadata"],
+                    )
+                )
+            if len(out) > before:
+                return
+        raise RuntimeError(
+            f"{self.dataset}: {MAX_EMPTY_CHUNKS * self.chunk_size} generated problems in a row held none for"
+            f" {split!r}; the question space is too small for eval_fraction={self.eval_fraction}"
+        )
+
+    def _stream_seed(self, split: str) -> int:
+        # Hashed so the two splits start far apart in seed space; below 2**30 so
+        # that seed + index stays a valid numpy seed for generators using numpy.
+        digest = hashlib.sha256(f"{self.seed}/{split}".encode("utf-8")).digest()
+        return int.from_bytes(digest[:4], "big") >> 2
+
+    def _generator(self, seed: int, size: int) -> Any:
+        # Imported here: importing reasoning_gym registers every dataset and
+        # costs about 2 s, which `import masrl.tasks` should not pay.
+        import reasoning_gym
+
+        try:
+            return reasoning_gym.create_dataset(self.dataset, seed=seed, size=size, **self.overrides)
+        except (TypeError, ValueError, AssertionError) as e:
+            raise ValueError(f"reasoning-gym dataset {self.dataset!r} with config {self.overrides}: {e}") from e
+
+
+# ---- answer extraction ----
+
+_FINAL_MARKER = re.compile(r"answer\s*:|answer\s+is\b\s*:?", re.IGNORECASE)
+_NUMBER = re.compile(r"[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+
+
+def extract_math_answer(text: str) -> str | None:
+    """The final answer in a model response, by the first rule that finds one:
+    the last non-empty <answer>...</answer>, the last \\boxed{...}, the rest of the
+    line after the last "Answer:" / "answer is", the last number; else None."""
+    tagged = [_clean(m) for m in re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)]
+    tagged = [t for t in tagged if t]
+    if tagged:
+        return tagged[-1]
+    boxed = _last_boxed(text)
+    if boxed is not None and _clean(boxed):
+        return _clean(boxed)
+    markers = list(_FINAL_MARKER.finditer(text))
+    if markers:
+        rest = text[markers[-1].end() :].strip()
+        line = _clean(rest.splitlines()[0]) if rest else None
+        if line:
+            return line
+    numbers = _NUMBER.findall(text)
+    return numbers[-1] if numbers else None
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...}, braces matched; None if absent or cut off."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    begin = start + len("\\boxed{")
+    depth = 1
+    for i in range(begin, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[begin:i]
+    return None
+
+
+def _clean(answer: str) -> str:
+    """Strip what wraps an answer without being part of it: a \\boxed{}, $ signs,
+    markdown bold, a full stop."""
+    answer = answer.strip()
+    boxed = _last_boxed(answer)
+    if boxed is not None:
+        answer = boxed
+    return re.sub(r"^[\s$*]+|[\s$*.]+$", "", answer)
+
+
+# ---- grading ----
+
+
+def math_equal(gold: str, answer: str) -> bool:
+    """Whether `answer` states the same value as `gold`."""
+    # U+2212 is what models print for a minus in prose; math_verify 0.9.0 parses
+    # "−4" as nothing at all.
+    gold, answer = gold.strip().replace("\u2212", "-"), answer.strip().replace("\u2212", "-")
+    if gold and gold == answer:
+        return True
+    gold_value, answer_value = _rational(gold), _rational(answer)
+    if gold_value is not None and gold_value == answer_value:
+        return True
+    if len(answer) > MAX_VERIFY_CHARS:
+        return False
+    return _verify(gold, answer)
+
+
+def _rational(text: str) -> Fraction | None:
+    """Exact value of a plain number ("7.0", "1,000", "-3/4", "1e2"), else None."""
+    if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
+        text = text.replace(",", "")
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _verify(gold: str, answer: str) -> bool:
+    """math_verify's symbolic comparison, never raising.
+
+    math_verify times itself out with signal.alarm, which only works on the main
+    thread: with a timeout anywhere else it raises ValueError even with
+    raise_on_error=False. So workers run it with the timeout off (None) and
+    rely on MAX_VERIFY_CHARS to keep the input small.
+    """
+    # Imported here like reasoning_gym: sympy and the LaTeX parser take ~0.5 s.
+    from math_verify import parse, verify
+    from math_verify.errors import TimeoutException
+
+    limit = 5 if threading.current_thread() is threading.main_thread() else None
+    try:
+        return bool(
+            verify(parse(gold, parsing_timeout=limit), parse(answer, parsing_timeout=limit), timeout_seconds=limit)
+        )
+    except (Exception, TimeoutException):  # TimeoutException derives from BaseException
+        return False
