@@ -160,6 +160,8 @@ def apply_override(data: dict, item: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, (dict, list)) and not raw.strip().startswith(("{", "[")):
+        value = raw  # "Format: <answer>N</answer>" is a string with a colon, not a mapping
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})

@@ -132,6 +132,8 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     if resume:
         config = load_config(run_dir / "config.yaml")
     start = _prepare_run_dir(run_dir, config, resume is not None)
+    if start >= config.trainer.steps and _logged(run_dir / "metrics.jsonl", start, "eval"):
+        return run_dir  # a finished run: resuming it changes nothing
     engine = build_engine(config, model=model)
     settings = _update_settings(config)
     logger = RunLogger(run_dir, purge_after=start)
@@ -161,6 +163,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss)
         metrics.update(scored.metrics)
         metrics.update(
+            rss_gb=peak_rss_gb(),
             sample_seconds=t_sample,
             update_seconds=t_update,
             gen_tokens_per_s=gen_tokens / max(t_sample, 1e-9),
@@ -181,6 +184,13 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
 
 
 # ---------------------------------------------------------------- helpers
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def _update_settings(config: Config) -> UpdateSettings:
     a, t = config.algo, config.trainer
     return UpdateSettings(
@@ -269,7 +279,7 @@ class RunLogger:
             f.write(json.dumps({"step": step, "kind": kind, **clean}) + "\n")
         for k, v in metrics.items():
             if math.isfinite(v):
-                self.tb.add_scalar(k if kind == "train" else k, v, step)
+                self.tb.add_scalar(k, v, step)
         self.tb.flush()
 
     def episodes(self, step: int, episodes: Sequence[Episode], advantages: dict) -> None:
@@ -279,6 +289,14 @@ class RunLogger:
 
     def close(self) -> None:
         self.tb.close()
+
+
+def _logged(path: Path, step: int, kind: str) -> bool:
+    """Whether metrics.jsonl holds a `kind` line for `step` (e.g. a finished run's final eval)."""
+    if not path.exists():
+        return False
+    records = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return any(r["step"] == step and r["kind"] == kind for r in records)
 
 
 def _truncate_after(path: Path, step: int) -> None:

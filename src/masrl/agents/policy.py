@@ -104,6 +104,11 @@ class PolicyModel:
     def __init__(self, loaded: LoadedModel, policies: Sequence[str], lora: LoraSpec | None, keep_reference: bool = True):
         if not policies:
             raise ValueError("PolicyModel needs at least one policy name")
+        for name in policies:
+            if not name.isidentifier() or name in "lora_":
+                # peft finds adapter weights by substring: a name inside "lora_"
+                # (e.g. "a") would match every adapter's keys on load.
+                raise ValueError(f"policy name {name!r} must be an identifier and not part of 'lora_'")
         if lora is None and len(policies) > 1:
             raise ValueError("full fine-tuning trains one policy per base model; use LoRA for several policies")
         self.tokenizer = loaded.tokenizer

@@ -6,12 +6,18 @@ has had its turn, then sends all pending requests that share (policy, sampling
 parameters) to the model as one batched `generate` call in a worker thread.
 Requests that arrive while a batch is running form the next batch. Tree
 branching is just more coroutines, so the generator's batch stays full.
+
+Generation runs on one long-lived worker thread owned by the service, not on
+asyncio's default pool: each `asyncio.run` (one per training step) would
+otherwise start fresh threads, and glibc gives every new thread its own
+malloc arena, so freed KV caches pile up as resident memory step after step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +52,7 @@ class GenerationService:
         self._settle_rounds = settle_rounds
         self._pending: list[_Request] = []
         self._worker: asyncio.Task | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masrl-generate")
         self.stats = ServiceStats()
 
     async def generate(self, prompt: Sequence[int], params: SamplingParams, policy: str | None) -> Generation:
@@ -63,8 +70,8 @@ class GenerationService:
             batch = self._take_batch()
             started = time.perf_counter()
             try:
-                outs = await asyncio.to_thread(
-                    self._generate, [r.prompt for r in batch], batch[0].params, batch[0].policy
+                outs = await asyncio.get_running_loop().run_in_executor(
+                    self._thread, self._generate, [r.prompt for r in batch], batch[0].params, batch[0].policy
                 )
             except Exception as exc:  # noqa: BLE001 - handed to every waiting episode
                 for r in batch:

@@ -1,0 +1,79 @@
+"""Shared fixtures: the tiny-model config every engine test runs with, and a run dir.
+
+The tiny model is a random 2-layer Llama (masrl.models.build_tiny_model); it
+never writes a correct answer, so every reward would be 0 and every GRPO
+advantage 0. Tests that need the update to do work use `parity_reward`, which
+grades a response by the parity of its bytes: about half the samples score 1.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from masrl.config import Config, load_config
+
+# Small enough that a training step takes well under a second on one CPU core;
+# pins every setting the tests' expected values depend on.
+TINY = (
+    "model.name=tiny",
+    "algo.advantage=grpo",
+    "algo.epochs=1",
+    "eval.before=true",
+    "eval.every=0",
+    "trainer.keep_checkpoints=2",
+    "model.lora_rank=4",
+    "model.lora_alpha=8",
+    "trainer.batch_size=2",
+    "sampler.group_size=4",
+    "rollout.max_new_tokens=6",
+    "trainer.micro_batch=4",
+    "trainer.lr=1e-2",
+    "eval.size=2",
+    "eval.max_new_tokens=6",
+    "trainer.log_episodes=1",
+)
+
+
+@pytest.fixture
+def one_thread():
+    """Run torch on one CPU thread for the test, then restore the setting.
+
+    The tiny model gains nothing from intra-op threads, and on a shared 2-core
+    machine a second spinning thread slows a test down tenfold.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run directory that does not exist yet (train() creates it)."""
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def tiny_overrides(run_dir) -> list[str]:
+    return [*TINY, f"run.dir={run_dir}"]
+
+
+@pytest.fixture
+def tiny_config(tiny_overrides):
+    """`tiny_config("trainer.steps=2", ...)`: the tiny config with more overrides."""
+
+    def make(*extra: str) -> Config:
+        return load_config(None, [*tiny_overrides, *extra])
+
+    return make
+
+
+def parity_terms(task, item, text: str) -> dict[str, float]:
+    return {"correct": float(sum(text.encode()) % 2), "format": 0.0}
+
+
+@pytest.fixture
+def parity_reward(monkeypatch):
+    """Replace the single-agent system's grader with a byte-parity reward."""
+    monkeypatch.setattr("masrl.systems.single.reward_terms", parity_terms)

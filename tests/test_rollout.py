@@ -1,0 +1,245 @@
+"""Rollout: the batching generation service, tree expansion, failures, tree credit.
+
+No model here: generation is a fake function and agents are scripted, so every
+expected batch, call id and Q value is written out by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from masrl.agents.policy import Generation, SamplingParams
+from masrl.algos.credit import tree_q, trainable_calls
+from masrl.rollout.service import GenerationService
+from masrl.rollout.tree import Parallel, Step, Transition, expand, rollout
+from masrl.types import AgentError, Call, Episode, Message, Reply, TaskItem
+
+GREEDY = SamplingParams(max_new_tokens=4, temperature=0.0)
+SAMPLE = SamplingParams(max_new_tokens=4, temperature=1.0)
+
+
+class FakeGenerate:
+    """Records each batch; answers every prompt with its ids reversed."""
+
+    def __init__(self, fail: Exception | None = None):
+        self.batches: list[tuple[list[list[int]], SamplingParams, str | None]] = []
+        self.fail = fail
+
+    def __call__(self, prompts, params, policy):
+        self.batches.append(([list(p) for p in prompts], params, policy))
+        if self.fail is not None:
+            raise self.fail
+        return [Generation(tuple(reversed(p)), f"{policy}:{list(p)}", "stop") for p in prompts]
+
+
+async def gather_requests(service, requests):
+    calls = (service.generate(prompt, params, policy) for prompt, params, policy in requests)
+    return await asyncio.gather(*calls, return_exceptions=True)
+
+
+# ---------------------------------------------------------------- GenerationService
+def test_concurrent_requests_become_one_generate_call():
+    fake = FakeGenerate()
+    service = GenerationService(fake)
+    prompts = [[1, 2], [3], [4, 5, 6], [7], [8, 9]]
+    outs = asyncio.run(gather_requests(service, [(p, SAMPLE, "solver") for p in prompts]))
+
+    assert len(fake.batches) == 1
+    assert fake.batches[0] == (prompts, SAMPLE, "solver")
+    assert [o.response_ids for o in outs] == [tuple(reversed(p)) for p in prompts]  # each caller gets its own
+    assert service.stats.batches == 1 and service.stats.sequences == 5 and service.stats.batch_sizes == [5]
+
+
+def test_requests_arriving_a_few_loop_rounds_apart_still_share_a_batch():
+    """The service lets runnable coroutines take their turns before it cuts a batch."""
+    fake = FakeGenerate()
+    service = GenerationService(fake, settle_rounds=8)
+
+    async def late(i):
+        for _ in range(i):  # e.g. an episode that parses and awaits a bit before asking
+            await asyncio.sleep(0)
+        return await service.generate([i], SAMPLE, "a")
+
+    async def main():
+        return await asyncio.gather(*(late(i) for i in range(4)))
+
+    asyncio.run(main())
+    assert [b[0] for b in fake.batches] == [[[0], [1], [2], [3]]]
+
+
+def test_requests_with_different_params_or_policy_go_to_different_batches():
+    fake = FakeGenerate()
+    service = GenerationService(fake)
+    requests = [([1], SAMPLE, "a"), ([2], GREEDY, "a"), ([3], SAMPLE, "a"), ([4], SAMPLE, "b"), ([5], GREEDY, "a")]
+    outs = asyncio.run(gather_requests(service, requests))
+
+    # Oldest request's group first: (a, SAMPLE), then (a, GREEDY), then (b, SAMPLE).
+    assert fake.batches == [([[1], [3]], SAMPLE, "a"), ([[2], [5]], GREEDY, "a"), ([[4]], SAMPLE, "b")]
+    assert [o.text for o in outs] == ["a:[1]", "a:[2]", "a:[3]", "b:[4]", "a:[5]"]
+
+
+def test_max_batch_splits_a_large_batch():
+    fake = FakeGenerate()
+    service = GenerationService(fake, max_batch=2)
+    asyncio.run(gather_requests(service, [([i], SAMPLE, "a") for i in range(5)]))
+    assert [b[0] for b in fake.batches] == [[[0], [1]], [[2], [3]], [[4]]]
+
+
+def test_generate_exception_reaches_every_waiting_caller_and_the_service_recovers():
+    fake = FakeGenerate(fail=RuntimeError("CUDA out of memory"))
+    service = GenerationService(fake)
+    outs = asyncio.run(gather_requests(service, [([i], SAMPLE, "a") for i in range(3)]))
+    assert len(fake.batches) == 1
+    assert all(isinstance(o, RuntimeError) and str(o) == "CUDA out of memory" for o in outs)
+
+    fake.fail = None
+    [out] = asyncio.run(gather_requests(service, [([7, 8], SAMPLE, "a")]))
+    assert out.response_ids == (8, 7)
+
+
+# ---------------------------------------------------------------- expand
+@dataclass(frozen=True)
+class TurnState:
+    task: TaskItem
+    turn: int
+    history: tuple[str, ...]
+
+
+@dataclass
+class TwoTurnSystem:
+    """Two turns; the second prompt carries the first reply. Reward = turn + 1."""
+
+    turns: int = 2
+
+    def start(self, task):
+        return TurnState(task, 0, ())
+
+    def next_step(self, state):
+        content = " | ".join((state.task.question, *state.history))
+        return Step(agent="solver", role="solver", turn=state.turn, messages=(Message("user", content),))
+
+    def advance(self, state, step, reply):
+        done = state.turn + 1 >= self.turns
+        nxt = TurnState(state.task, state.turn + 1, (*state.history, reply.text))
+        return Transition(state=nxt, action=reply.text, rewards={"r": 1.0}, reward=float(state.turn + 1), done=done)
+
+
+class ScriptedAgent:
+    """Numbers its replies r0, r1, ... in call order; raises when the prompt contains `fail_on`."""
+
+    name = "solver"
+
+    def __init__(self, fail_on: str | None = None):
+        self.count = 0
+        self.fail_on = fail_on
+
+    async def __call__(self, messages):
+        n = self.count
+        self.count += 1
+        if self.fail_on and self.fail_on in messages[-1].content:
+            raise AgentError("backend timed out")
+        return Reply(f"r{n}", tokens_in=1, tokens_out=1, cost=0.5, prompt_ids=(1,), response_ids=(2, n), policy="p")
+
+
+TASK = TaskItem(id="t0", question="q", answer="a")
+
+
+def test_parallel_expand_gives_group_size_root_calls_and_one_chain_each():
+    agent = ScriptedAgent()
+    ep = asyncio.run(expand(TwoTurnSystem(), {"solver": agent}, TASK, Parallel(3)))
+
+    assert [c.id for c in ep.calls if c.parent is None] == ["0", "1", "2"]
+    assert sorted(c.id for c in ep.calls) == ["0", "0.0", "1", "1.0", "2", "2.0"]
+    assert {c.id: c.parent for c in ep.calls if c.parent} == {"0.0": "0", "1.0": "1", "2.0": "2"}
+    assert [c.turn for c in ep.calls[:3]] == [0, 0, 0] and all(c.turn == 1 and c.done for c in ep.calls[3:])
+    # The second turn's prompt continues its own branch's first reply.
+    by_id = {c.id: c for c in ep.calls}
+    for i in range(3):
+        assert by_id[f"{i}.0"].messages[0].content == f"q | {by_id[str(i)].reply.text}"
+    assert ep.cost == pytest.approx(6 * 0.5)
+    assert ep.failed_ids() == set()
+
+
+def test_a_failing_agent_fails_only_its_branch():
+    # Root calls run in order, so branch 1 answers "r1" and its second call fails.
+    agent = ScriptedAgent(fail_on="| r1")
+    ep = asyncio.run(expand(TwoTurnSystem(), {"solver": agent}, TASK, Parallel(3)))
+    by_id = {c.id: c for c in ep.calls}
+
+    assert by_id["1"].reply.text == "r1"
+    bad = by_id["1.0"]
+    assert bad.failed and bad.reply is None and bad.error == "AgentError: backend timed out" and bad.done
+    assert all(not by_id[i].failed for i in ("0", "0.0", "1", "2", "2.0"))
+    assert ep.failed_ids() == {"1", "1.0"}
+    assert [c.id for _, c in trainable_calls([ep])] == ["0", "2", "0.0", "2.0"]
+    assert set(tree_q(ep)) == {"0", "0.0", "2", "2.0"}
+
+
+def test_rollout_expands_every_task_and_batches_through_the_service():
+    fake = FakeGenerate()
+    service = GenerationService(fake)
+
+    class ServiceAgent:
+        name = "solver"
+
+        async def __call__(self, messages):
+            gen = await service.generate([len(messages[-1].content)], SAMPLE, "p")
+            return Reply(text=gen.text, tokens_in=1, tokens_out=1, cost=0.0)
+
+    tasks = [TaskItem(id=f"t{i}", question="q" * (i + 1), answer="a") for i in range(3)]
+    episodes = asyncio.run(rollout(TwoTurnSystem(), {"solver": ServiceAgent()}, tasks, Parallel(2)))
+    assert [ep.task.id for ep in episodes] == ["t0", "t1", "t2"]
+    assert all(len(ep.calls) == 4 for ep in episodes)
+    # All 6 first-turn calls share one batch; all 6 second-turn calls the next.
+    assert [len(b[0]) for b in fake.batches] == [6, 6]
+
+
+# ---------------------------------------------------------------- tree credit
+def call(id, reward=0.0, done=False, error=None):
+    parent = id.rpartition(".")[0] or None
+    reply = None if error else Reply("x", 1, 1, 0.0, prompt_ids=(1,), response_ids=(2,), policy="p")
+    return Call(id=id, parent=parent, agent="c", role="c", turn=id.count("."), messages=(), reply=reply,
+                reward=reward, done=done, error=error)  # fmt: skip
+
+
+def test_tree_q_on_a_hand_built_tree():
+    #  0 (r .5) -+- 0.0 (r 3, done)
+    #            +- 0.1 (r 0) -+- 0.1.0 (r 2, done)
+    #            |             +- 0.1.1 failed
+    #            +- 0.2 failed
+    #  1 (r .25, done: stops at depth 1)
+    #  2 (r 1) --- 2.0 failed          -> 2 failed too (no surviving leaf)
+    ep = Episode(
+        task=TASK,
+        calls=(
+            call("0", 0.5), call("1", 0.25, done=True), call("2", 1.0),
+            call("0.0", 3.0, done=True), call("0.1", 0.0), call("0.2", error="boom"), call("2.0", error="boom"),
+            call("0.1.0", 2.0, done=True), call("0.1.1", error="boom"),
+        ),
+    )  # fmt: skip
+    assert ep.failed_ids() == {"0.1.1", "0.2", "2", "2.0"}
+
+    gamma = 0.5
+    q_010 = 2.0
+    q_01 = 0.0 + gamma * q_010  # failed sibling 0.1.1 left out of the mean
+    q_00 = 3.0
+    q_0 = 0.5 + gamma * (q_00 + q_01) / 2  # 0.2 failed: mean over two children
+    expected = {"0": q_0, "0.0": q_00, "0.1": q_01, "0.1.0": q_010, "1": 0.25}
+    assert expected == {"0": 1.5, "0.0": 3.0, "0.1": 1.0, "0.1.0": 2.0, "1": 0.25}
+    assert tree_q(ep, gamma) == pytest.approx(expected)
+    assert [c.id for _, c in trainable_calls([ep])] == ["0", "1", "0.0", "0.1", "0.1.0"]
+
+
+def test_tree_q_on_parallel_chains_is_the_return_to_go():
+    ep = Episode(
+        task=TASK,
+        calls=(call("0", 1.0), call("1", 2.0), call("0.0", 10.0), call("1.0", 20.0), call("0.0.0", 100.0, done=True),
+               call("1.0.0", 200.0, done=True)),
+    )  # fmt: skip
+    assert tree_q(ep, 1.0) == {"0": 111.0, "0.0": 110.0, "0.0.0": 100.0, "1": 222.0, "1.0": 220.0, "1.0.0": 200.0}
+    # gamma 0.1: Q(0.0) = 10 + 0.1 * 100, Q(0) = 1 + 0.1 * 20, and so on.
+    expected = {"0": 3.0, "0.0": 20.0, "0.0.0": 100.0, "1": 6.0, "1.0": 40.0, "1.0.0": 200.0}
+    assert tree_q(ep, 0.1) == pytest.approx(expected)
