@@ -1,0 +1,32 @@
+"""Retrieval environment: a synthetic multi-hop encyclopedia, user-corpus loaders, and search indexes."""
+
+from masrl.retrieval.corpus import (
+    Corpus,
+    Entity,
+    Page,
+    SyntheticConfig,
+    generate_corpus,
+    load_pages_jsonl,
+    load_questions_jsonl,
+    read_fact,
+    solve_from_pages,
+    write_jsonl,
+)
+from masrl.retrieval.index import BM25Index, DenseIndex, minilm_encoder, search_many
+
+__all__ = [
+    "BM25Index",
+    "Corpus",
+    "DenseIndex",
+    "Entity",
+    "Page",
+    "SyntheticConfig",
+    "generate_corpus",
+    "load_pages_jsonl",
+    "load_questions_jsonl",
+    "minilm_encoder",
+    "read_fact",
+    "search_many",
+    "solve_from_pages",
+    "write_jsonl",
+]
