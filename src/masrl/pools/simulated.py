@@ -1,0 +1,540 @@
+"""A SIMULATED agent pool: calibrated stand-ins for LLM agents of graded strength.
+
+Nothing here runs a language model. A `SimulatedAgent` answers a math item by
+drawing its correctness from an item-response model and then writing a short
+worked solution that ends in the item's gold answer (when the draw says
+correct) or in a plausibly wrong number (when it says wrong). It exists so the
+critique-and-routing controller (issue 3; paper `critique-routing-controller`
+section 4) can be trained and tested on a CPU in minutes, with a pool whose
+accuracies and prices have the shape of the paper's weak / medium / strong
+agents. Results on this pool are results on a simulation, and are named so.
+
+Item-response model (a two-parameter logistic, "2PL")::
+
+    P(correct | agent, item) = sigmoid(DISCRIMINATION * (ability - difficulty(item)))
+
+`difficulty(item)` = a score from the task generator's own difficulty
+metadata, plus a latent per-item offset (below). The score, in order of
+precedence:
+
+- ``metadata["difficulty_score"]`` when the item carries one (any task can
+  set it explicitly);
+- reasoning-gym arithmetic (``basic_arithmetic``, ``chain_sum``: metadata has
+  ``num_terms``, ``num_digits``, ``expression``)::
+
+      0.5 * (num_terms - 2) + 0.5 * (num_digits - 1)
+      + 1.0 * [the expression multiplies or divides] + 0.25 * [it has parentheses]
+
+  so masrl's "easy" level scores 0-0.5, "medium" 0-2.25, "hard" 0-4.75;
+- reasoning-gym ``gsm_symbolic`` (metadata ``answer_cot``, one line per
+  reasoning step before ``####``): ``0.75 * (steps - 1)``;
+- a numeric ``metadata["difficulty"]``, else 1.0.
+
+The latent offset is Normal(0, ITEM_NOISE) drawn from a hash of the question
+text alone: it is a property of the item, shared by every agent and every
+seed, so the agents' errors are correlated the way real models' are (an item
+the strong agent misses is one the weak agent likely misses too) and the
+visible features predict difficulty well but not perfectly.
+
+Draws are reproducible: correctness and the shape of a wrong answer come from
+a SHA-256 of (seed, agent name, item id, question, attempt index, purpose),
+never from global random state. The attempt index of a call is how many times
+this agent has already answered that item (`reset()` restarts the count), so
+repeated calls are independent draws and a re-run replays them exactly.
+`reply_for(item, messages, attempt)` is the pure function behind a call.
+
+Calibration (`simulated_pool("three")`): abilities were fitted so the expected
+accuracy over 3,000 reasoning-gym ``basic_arithmetic`` items (1,000 each of
+masrl's easy / medium / hard levels, `calibration_items`, train split, seed 0)
+hits the targets; the last columns are `measure_accuracy` on the 300-item set
+the tests use (seed 0, attempt 0), graded from the reply text::
+
+    agent        ability  $/1k in   $/1k out  target  expected  measured(300)
+    sim-weak       0.50   0.00002   0.00006    0.35     0.350     0.337
+    sim-medium     1.62   0.0002    0.0006     0.60     0.601     0.590
+    sim-strong     3.21   0.002     0.006      0.85     0.850     0.840
+
+    expected accuracy by level (easy / medium / hard), and on two other
+    generators (same abilities, not calibrated there):
+                 basic_arithmetic      chain_sum (mixed)  gsm_symbolic
+    sim-weak     0.57 / 0.37 / 0.11    0.43               0.19
+    sim-medium   0.86 / 0.67 / 0.27    0.71               0.44
+    sim-strong   0.98 / 0.94 / 0.63    0.93               0.77
+
+Prices step by 10x between neighbours, like the paper's 1.5B / 7B / 30B
+agents (the paper states no prices; these are illustrative per-token prices,
+not any provider's). On other generators the same abilities give other
+accuracies: the pool is calibrated for basic_arithmetic only.
+
+Wrong answers differ from the gold under `math_equal` by construction: an
+off-by-one, a sign error, a digit slip, a dropped or extra digit, or (for
+arithmetic) the same expression evaluated with one operator swapped; the
+worked steps are made consistent with the wrong number where the expression
+can be parsed. A conversation that already holds a draft (an ``<answer>`` tag,
+e.g. a weaker agent's draft plus the controller's critique) is acknowledged
+in the text, but the new draft's correctness is only this agent's own draw.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from masrl.agents.base import approx_tokens
+from masrl.tasks.math import extract_math_answer, math_equal
+from masrl.types import AgentError, Message, Price, Reply, TaskItem
+
+DISCRIMINATION = 1.5  # the 2PL slope `a`
+ITEM_NOISE = 0.5  # std of the latent per-item difficulty offset
+DEFAULT_DIFFICULTY = 1.0  # an item with no usable difficulty metadata
+WRONG_KINDS = ("off_by_one", "sign", "digit_slip", "magnitude", "wrong_operation")
+
+
+# ---- difficulty and probability ---------------------------------------------
+
+
+def difficulty_score(item: TaskItem) -> float:
+    """The item's difficulty from its generator's metadata (module docstring), without the latent offset."""
+    meta = item.metadata
+    explicit = meta.get("difficulty_score")
+    if isinstance(explicit, (int, float)) and not isinstance(explicit, bool):
+        return float(explicit)
+    if "num_terms" in meta and "num_digits" in meta:
+        expression = str(meta.get("expression", ""))
+        return (
+            0.5 * (int(meta["num_terms"]) - 2)
+            + 0.5 * (int(meta["num_digits"]) - 1)
+            + 1.0 * bool(re.search(r"[*/]", expression))
+            + 0.25 * ("(" in expression)
+        )
+    cot = meta.get("answer_cot")
+    if isinstance(cot, str):
+        steps = [line for line in cot.split("####")[0].splitlines() if line.strip()]
+        return 0.75 * max(0, len(steps) - 1)
+    level = meta.get("difficulty")
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        return float(level)
+    return DEFAULT_DIFFICULTY
+
+
+def latent_offset(item: TaskItem, noise: float = ITEM_NOISE) -> float:
+    """The item's hidden extra difficulty: Normal(0, noise) from a hash of its question (no seed)."""
+    if noise == 0.0:
+        return 0.0
+    u1, u2 = _uniform("latent", item.question, 1), _uniform("latent", item.question, 2)
+    return noise * math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)  # Box-Muller
+
+
+def difficulty(item: TaskItem, noise: float = ITEM_NOISE) -> float:
+    return difficulty_score(item) + latent_offset(item, noise)
+
+
+def correct_probability(agent: SimulatedAgent, item: TaskItem) -> float:
+    """P(`agent` answers `item` correctly) under the item-response model."""
+    return 1.0 / (1.0 + math.exp(-agent.discrimination * (agent.ability - difficulty(item, agent.item_noise))))
+
+
+# ---- the agent ----------------------------------------------------------------
+
+
+class ItemIndex:
+    """Finds the task item a conversation is about, by its question text.
+
+    Items come from a list given up front, from `add`, or from a task's
+    generated-item cache: `MathTask` keeps every item it has handed out in its
+    ``_items`` (a dict of lists per split), which is read when a question is not
+    yet known. A task without such a cache must have its items `add`-ed.
+    """
+
+    def __init__(self, source: Any = None):
+        self._by_question: dict[str, TaskItem] = {}
+        self._task = None
+        self._seen_from_task = 0
+        self._memo: dict[str, TaskItem] = {}  # prompt text -> item found inside it
+        if isinstance(source, ItemIndex):
+            raise TypeError("pass the ItemIndex itself, not wrapped")
+        if isinstance(source, Iterable) and not isinstance(source, (str, Mapping)):
+            self.add(source)
+        elif source is not None:
+            self._task = source
+
+    def add(self, items: Iterable[TaskItem]) -> None:
+        for item in items:
+            self._by_question[item.question.strip()] = item
+        self._memo.clear()
+
+    def find(self, text: str) -> TaskItem | None:
+        """The item whose question is `text`, or the longest known question inside `text`."""
+        text = text.strip()
+        if text in self._by_question:
+            return self._by_question[text]
+        if text in self._memo:
+            return self._memo[text]
+        self._pull_from_task()
+        found = self._by_question.get(text)
+        if found is None:
+            inside = [q for q in self._by_question if q and q in text]
+            found = self._by_question[max(inside, key=len)] if inside else None
+        if found is not None:  # a miss is not remembered: the task may generate the item later
+            if len(self._memo) >= 10_000:
+                self._memo.clear()
+            self._memo[text] = found
+        return found
+
+    def _pull_from_task(self) -> None:
+        cache = getattr(self._task, "_items", None)
+        if not isinstance(cache, Mapping):
+            return
+        items = [item for split in cache.values() for item in split]
+        if len(items) != self._seen_from_task:
+            self._seen_from_task = len(items)
+            self.add(items)
+
+
+class SimulatedAgent:
+    """A simulated LLM agent: 2PL correctness draws, worked-solution text, priced tokens."""
+
+    def __init__(
+        self,
+        name: str,
+        ability: float,
+        price: Price,
+        seed: int = 0,
+        task: Any = None,
+        discrimination: float = DISCRIMINATION,
+        item_noise: float = ITEM_NOISE,
+    ):
+        self.name = name
+        self.ability = float(ability)
+        self.price = price
+        self.seed = seed
+        self.discrimination = discrimination
+        self.item_noise = item_noise
+        self.items = task if isinstance(task, ItemIndex) else ItemIndex(task)
+        self._attempts: dict[str, int] = defaultdict(int)
+
+    def reset(self) -> None:
+        """Start every item's attempt count again from 0 (an eval replays the same draws)."""
+        self._attempts.clear()
+
+    async def __call__(self, messages: Sequence[Message]) -> Reply:
+        messages = tuple(messages)
+        item = None
+        for m in reversed(messages):
+            if m.role == "user":
+                item = self.items.find(m.content)
+                if item is not None:
+                    break
+        if item is None:
+            raise AgentError(f"{self.name}: simulated agent knows no task item whose question is in this conversation")
+        attempt = self._attempts[item.id]
+        self._attempts[item.id] += 1
+        return self.reply_for(item, messages, attempt)
+
+    def is_correct(self, item: TaskItem, attempt: int = 0) -> bool:
+        return _uniform(self.seed, self.name, item.id, item.question, attempt, "correct") < correct_probability(
+            self, item
+        )
+
+    def reply_for(self, item: TaskItem, messages: Sequence[Message] = (), attempt: int = 0) -> Reply:
+        """The reply to `messages` about `item` on the given attempt: pure and reproducible."""
+        correct = self.is_correct(item, attempt)
+        key = (self.seed, self.name, item.id, item.question, attempt)
+        if correct:
+            answer, steps = item.answer, _worked_steps(item, None)
+        else:
+            answer, steps = _wrong_answer(item, key)
+        text = _draft_text(item, answer, steps, _previous_answer(messages), key)
+        n_in = sum(approx_tokens(m.content) for m in messages) or approx_tokens(item.question)
+        n_out = approx_tokens(text)
+        return Reply(text=text, tokens_in=n_in, tokens_out=n_out, cost=self.price.cost(n_in, n_out))
+
+
+def measure_accuracy(agent: SimulatedAgent, items: Sequence[TaskItem], attempt: int = 0) -> float:
+    """Share of `items` the agent answers correctly on `attempt`, graded from its reply text
+    the way a task grades a real model (extract_math_answer, then math_equal)."""
+    if not items:
+        return 0.0
+    right = 0
+    for item in items:
+        reply = agent.reply_for(item, (Message("user", item.question),), attempt)
+        answer = extract_math_answer(reply.text)
+        right += answer is not None and math_equal(item.answer, answer)
+    return right / len(items)
+
+
+def expected_accuracy(agent: SimulatedAgent, items: Sequence[TaskItem]) -> float:
+    """Mean `correct_probability` over `items` (what `measure_accuracy` estimates)."""
+    return sum(correct_probability(agent, item) for item in items) / max(1, len(items))
+
+
+def calibration_items(per_level: int = 100, seed: int = 0, dataset: str = "basic_arithmetic") -> list[TaskItem]:
+    """`per_level` train items at each of masrl's easy / medium / hard levels: the calibration mix."""
+    from masrl.tasks.math import LEVELS, MathTask
+
+    items: list[TaskItem] = []
+    for level in LEVELS:
+        task = MathTask(dataset, seed=seed, difficulty=level, chunk_size=max(50, per_level + per_level // 4))
+        items += [
+            TaskItem(f"{level}/{it.id}", it.question, it.answer, it.metadata)
+            for it in task.items("train", 0, per_level)
+        ]
+    return items
+
+
+# ---- pools ----------------------------------------------------------------------
+
+# (name, ability, price): fitted by `fit_ability` on calibration_items(1000) (docstring table).
+THREE = (
+    ("sim-weak", 0.50, Price(input_per_1k=0.00002, output_per_1k=0.00006)),
+    ("sim-medium", 1.62, Price(input_per_1k=0.0002, output_per_1k=0.0006)),
+    ("sim-strong", 3.21, Price(input_per_1k=0.002, output_per_1k=0.006)),
+)
+
+
+def fit_ability(target: float, items: Sequence[TaskItem], discrimination: float = DISCRIMINATION) -> float:
+    """The ability whose expected accuracy on `items` is `target` (bisection; accuracy rises with ability)."""
+    probe = SimulatedAgent("fit", 0.0, Price(), discrimination=discrimination)
+    lo, hi = -10.0, 10.0
+    for _ in range(60):
+        probe.ability = (lo + hi) / 2
+        lo, hi = (probe.ability, hi) if expected_accuracy(probe, items) < target else (lo, probe.ability)
+    return (lo + hi) / 2
+
+
+def _pool(spec: Sequence[tuple[str, float, Price]], seed: int, task: Any) -> dict[str, SimulatedAgent]:
+    index = task if isinstance(task, ItemIndex) else ItemIndex(task)  # one index shared by the pool
+    return {name: SimulatedAgent(name, ability, price, seed, index) for name, ability, price in spec}
+
+
+def three_pool(seed: int = 0, task: Any = None) -> dict[str, SimulatedAgent]:
+    return _pool(THREE, seed, task)
+
+
+def two_pool(seed: int = 0, task: Any = None) -> dict[str, SimulatedAgent]:
+    return _pool((THREE[0], THREE[2]), seed, task)
+
+
+def simulated_pool(kind: str = "three", seed: int = 0, task: Any = None) -> dict[str, SimulatedAgent]:
+    """A simulated pool, agents ordered weak to strong (dict order).
+
+    `task` is where the agents find the item a conversation asks about: a
+    `MathTask` (its generated items are found as it makes them), a list of
+    `TaskItem`s, an `ItemIndex`, or None (then `add` items to
+    ``next(iter(pool.values())).items``, which the pool's agents share).
+    """
+    if kind not in POOLS:
+        raise ValueError(f"unknown simulated pool {kind!r}; valid kinds: {', '.join(sorted(POOLS))}")
+    return POOLS[kind](seed=seed, task=task)
+
+
+# ---- reply text -----------------------------------------------------------------
+
+_OPENERS = (
+    "Let me work through this step by step.",
+    "I'll compute this carefully, one operation at a time.",
+    "Breaking the problem into steps:",
+)
+_CLOSERS = ("So the answer is", "Therefore, the final answer is", "Putting it together, the answer is")
+
+
+def _draft_text(item: TaskItem, answer: str, steps: list[str] | None, previous: str | None, key: tuple) -> str:
+    lines = []
+    if previous is not None:
+        lines.append(
+            f"The previous draft concluded {previous}. Taking the critique into account, "
+            "I redo the solution from the start."
+        )
+    lines.append(_OPENERS[_pick(key, "opener", len(_OPENERS))])
+    lines += steps if steps else [f"Working through the problem: {item.question.strip()[:200]}"]
+    lines.append(f"{_CLOSERS[_pick(key, 'closer', len(_CLOSERS))]} <answer>{answer}</answer>.")
+    return "\n".join(lines)
+
+
+def _previous_answer(messages: Sequence[Message]) -> str | None:
+    """The last <answer> in the conversation: a draft this agent is asked to improve on."""
+    for m in reversed(messages):
+        found = re.findall(r"<answer>(.*?)</answer>", m.content, re.DOTALL)
+        if found and found[-1].strip():
+            return found[-1].strip()
+    return None
+
+
+def _worked_steps(item: TaskItem, expression: str | None) -> list[str] | None:
+    """Steps evaluating `expression` (default: the item's own), or the item's recorded chain
+    of thought; None when neither is available."""
+    expr = expression if expression is not None else item.metadata.get("expression")
+    if isinstance(expr, str):
+        steps: list[str] = []
+        if _evaluate(expr, steps) is not None:
+            return steps or [f"{expr.strip()} = {item.answer}"]
+        return None
+    cot = item.metadata.get("answer_cot")
+    if isinstance(cot, str) and expression is None:
+        return [line.strip() for line in cot.split("####")[0].splitlines() if line.strip()]
+    return None
+
+
+def _wrong_answer(item: TaskItem, key: tuple) -> tuple[str, list[str] | None]:
+    """A plausibly wrong answer and worked steps leading to it; never equal to the gold."""
+    gold = _number(item.answer)
+    if gold is None:
+        return _wrong_text_answer(item.answer, key), None
+    kinds = list(WRONG_KINDS)
+    start = _pick(key, "wrong_kind", len(kinds))
+    for kind in kinds[start:] + kinds[:start]:
+        value, steps = _mutate(item, gold, kind, key)
+        if value is not None and value != gold:
+            return _format_number(value, item.answer), steps
+    return _format_number(gold + 1, item.answer), None  # unreachable in practice: off_by_one always differs
+
+
+def _mutate(item: TaskItem, gold: Fraction, kind: str, key: tuple) -> tuple[Fraction | None, list[str] | None]:
+    if kind == "wrong_operation":
+        expr = item.metadata.get("expression")
+        if not isinstance(expr, str):
+            return None, None
+        mutated = _swap_operator(expr, _pick(key, "op_index", 97))
+        steps: list[str] = []
+        value = _evaluate(mutated, steps) if mutated else None
+        return value, _restate(expr, steps)
+    if kind == "off_by_one":
+        value = gold + (1 if _pick(key, "sign_of_slip", 2) else -1)
+    elif kind == "sign":
+        value = -gold if gold != 0 else None
+    elif kind == "digit_slip":
+        value = _digit_slip(gold, key)
+    else:  # magnitude: a dropped or an extra trailing digit
+        value = gold * 10 if _pick(key, "magnitude", 2) or abs(gold) < 10 else Fraction(int(gold / 10))
+    if value is None:
+        return None, None
+    steps = _worked_steps(item, None)
+    if steps:  # the slip happens in the last step
+        last = steps[-1]
+        gold_text = item.answer.strip()
+        cut = last.rfind(gold_text)
+        wrong_text = _format_number(value, item.answer)
+        steps = steps[:-1] + [last[:cut] + wrong_text + last[cut + len(gold_text) :] if cut >= 0 else last]
+    return value, steps
+
+
+def _restate(expr: str, steps: list[str]) -> list[str] | None:
+    if not steps:
+        return None
+    return [f"Reading the expression as {expr.strip()}:"] + steps
+
+
+def _digit_slip(gold: Fraction, key: tuple) -> Fraction | None:
+    if gold.denominator != 1:
+        return None
+    digits = list(str(abs(gold.numerator)))
+    i = _pick(key, "digit", len(digits))
+    if len(digits) > 1 and _pick(key, "swap", 2) and digits[i] != digits[(i + 1) % len(digits)]:
+        j = (i + 1) % len(digits)
+        digits[i], digits[j] = digits[j], digits[i]
+    else:
+        digits[i] = str((int(digits[i]) + 1 + _pick(key, "bump", 8)) % 10)
+    if digits[0] == "0" and len(digits) > 1:
+        digits[0] = "1"
+    value = Fraction(int("".join(digits))) * (1 if gold >= 0 else -1)
+    return value
+
+
+def _swap_operator(expr: str, which: int) -> str | None:
+    """`expr` with one binary operator replaced (+<->-, *->+, /->*), chosen by `which`."""
+    tokens = re.split(r"(\s+)", expr)
+    ops = [i for i, t in enumerate(tokens) if t in {"+", "-", "*", "/"} and _is_binary(tokens, i)]
+    if not ops:
+        return None
+    i = ops[which % len(ops)]
+    tokens[i] = {"+": "-", "-": "+", "*": "+", "/": "*"}[tokens[i]]
+    return "".join(tokens)
+
+
+def _is_binary(tokens: list[str], i: int) -> bool:
+    before = [t for t in tokens[:i] if t.strip()]
+    return bool(before) and before[-1] not in {"+", "-", "*", "/", "("}
+
+
+def _evaluate(expr: str, steps: list[str]) -> Fraction | None:
+    """Exact value of an arithmetic expression, appending one "a op b = c" line per operation."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+        return _eval_node(tree, steps)
+    except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
+        return None
+
+
+def _eval_node(node: ast.AST, steps: list[str]) -> Fraction:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _eval_node(node.operand, steps)
+        return -inner if isinstance(node.op, ast.USub) else inner
+    if isinstance(node, ast.BinOp):
+        ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+        symbol = ops.get(type(node.op))
+        if symbol is None:
+            raise ValueError("unsupported operator")
+        left, right = _eval_node(node.left, steps), _eval_node(node.right, steps)
+        value = {"+": left + right, "-": left - right, "*": left * right}.get(symbol)
+        if symbol == "/":
+            value = left / right
+        steps.append(f"{_show(left)} {symbol} {_show(right)} = {_show(value)}")
+        return value
+    raise ValueError("unsupported expression")
+
+
+def _show(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def _number(text: str) -> Fraction | None:
+    text = text.strip().replace(",", "").replace("\u2212", "-")
+    try:
+        return Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _format_number(value: Fraction, like: str) -> str:
+    """`value` written the way the gold answer `like` is written (integer, decimal or fraction)."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    if "." in like:
+        places = len(like.strip().split(".")[-1])
+        return f"{float(value):.{max(1, places)}f}"
+    return _show(value)
+
+
+def _wrong_text_answer(gold: str, key: tuple) -> str:
+    """A wrong non-numeric answer: one digit of the gold slipped, else a different word."""
+    digits = [i for i, ch in enumerate(gold) if ch.isdigit()]
+    if digits:
+        i = digits[_pick(key, "digit", len(digits))]
+        candidate = gold[:i] + str((int(gold[i]) + 1) % 10) + gold[i + 1 :]
+        if not math_equal(gold, candidate):
+            return candidate
+    return "none" if gold.strip().lower() != "none" else "all"
+
+
+# ---- hashing RNG --------------------------------------------------------------------
+
+
+def _uniform(*parts: Any) -> float:
+    """A uniform [0, 1) number that depends only on `parts` (SHA-256, no global state)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _pick(key: tuple, purpose: str, n: int) -> int:
+    return min(n - 1, int(_uniform(*key, purpose) * n))
+
+
+POOLS = {"three": three_pool, "two": two_pool}
