@@ -98,6 +98,9 @@ class TrainerConfig(Section):
     keep_checkpoints: int = Field(2, ge=1)
     log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
+    low_memory: bool = Field(
+        False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates (masrl/memory.py)"
+    )
 
 
 class EvalConfig(Section):

@@ -15,6 +15,7 @@ import torch
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
 from masrl.config import Config
+from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import BRANCH_RULES, BranchRule, System
@@ -56,6 +57,8 @@ def build_system(config: Config, task: Task) -> tuple[System, list[str]]:
 def build_engine(config: Config, model: Any = None) -> Engine:
     if config.trainer.threads:
         torch.set_num_threads(config.trainer.threads)
+    if config.trainer.low_memory:
+        keep_heap_small()
     torch.manual_seed(config.run.seed)
     task = build_task_from(config)
     system, policies = build_system(config, task)
