@@ -34,7 +34,7 @@ from tqdm import tqdm
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
 from masrl.algos.credit import CREDITS, GROUPINGS, trainable_calls
 from masrl.checkpoint import (
-    atomic_write_json,
+    atomic_write_text,
     capture_rng,
     latest_checkpoint,
     read_meta,
@@ -303,17 +303,6 @@ def _truncate_after(path: Path, step: int) -> None:
     """Keep only lines with step <= `step` (lines from steps a crash lost are dropped)."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    if step == 0:
-        kept = []
-    from masrl.checkpoint import atomic_write_text
-
+    lines = [] if step == 0 else path.read_text().splitlines()  # a new run keeps nothing
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
-
-
-def final_eval_path(run_dir: Path) -> Path:
-    return run_dir / "eval.json"
-
-
-def save_eval(run_dir: Path, summary: dict) -> None:
-    atomic_write_json(final_eval_path(run_dir), summary)
