@@ -56,11 +56,19 @@ class LoraSpec:
 
 
 def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
-    """Token ids of a conversation rendered with the chat template, ready to answer."""
+    """Token ids of a conversation rendered with the chat template, ready to answer.
+
+    A trailing assistant message is a *prefill*: the reply continues it (e.g.
+    "<model>" so a small model starts inside the output protocol). The reply's
+    text is then only the continuation; the prefill belongs to the prompt.
+    """
+    prefill = ""
+    if messages and messages[-1].role == "assistant":
+        prefill, messages = messages[-1].content, messages[:-1]
     text = tokenizer.apply_chat_template(
         [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True, tokenize=False
     )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text + prefill, add_special_tokens=False)["input_ids"]
 
 
 @torch.no_grad()

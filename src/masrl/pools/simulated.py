@@ -147,9 +147,8 @@ class ItemIndex:
     """Finds the task item a conversation is about, by its question text.
 
     Items come from a list given up front, from `add`, or from a task's
-    generated-item cache: `MathTask` keeps every item it has handed out in its
-    ``_items`` (a dict of lists per split), which is read when a question is not
-    yet known. A task without such a cache must have its items `add`-ed.
+    `known_items()` (every item it has generated so far), read when a question
+    is not yet known. A task without that method must have its items `add`-ed.
     """
 
     def __init__(self, source: Any = None):
@@ -188,10 +187,10 @@ class ItemIndex:
         return found
 
     def _pull_from_task(self) -> None:
-        cache = getattr(self._task, "_items", None)
-        if not isinstance(cache, Mapping):
+        known = getattr(self._task, "known_items", None)
+        if known is None:
             return
-        items = [item for split in cache.values() for item in split]
+        items = known()
         if len(items) != self._seen_from_task:
             self._seen_from_task = len(items)
             self.add(items)
@@ -250,6 +249,12 @@ class SimulatedAgent:
             answer, steps = item.answer, _worked_steps(item, None)
         else:
             answer, steps = _wrong_answer(item, key)
+        expr = item.metadata.get("expression")
+        if steps and isinstance(expr, str):
+            # Every draft restates the expression, right or wrong: a line that
+            # only wrong drafts carried would let a verifier read correctness
+            # off the wording instead of checking the arithmetic.
+            steps = [f"Reading the expression as {expr.strip()}:"] + steps
         text = _draft_text(item, answer, steps, _previous_answer(messages), key)
         n_in = sum(approx_tokens(m.content) for m in messages) or approx_tokens(item.question)
         n_out = approx_tokens(text)
@@ -403,7 +408,7 @@ def _mutate(item: TaskItem, gold: Fraction, kind: str, key: tuple) -> tuple[Frac
         mutated = _swap_operator(expr, _pick(key, "op_index", 97))
         steps: list[str] = []
         value = _evaluate(mutated, steps) if mutated else None
-        return value, _restate(expr, steps)
+        return value, steps or None
     if kind == "off_by_one":
         value = gold + (1 if _pick(key, "sign_of_slip", 2) else -1)
     elif kind == "sign":
@@ -422,12 +427,6 @@ def _mutate(item: TaskItem, gold: Fraction, kind: str, key: tuple) -> tuple[Frac
         wrong_text = _format_number(value, item.answer)
         steps = steps[:-1] + [last[:cut] + wrong_text + last[cut + len(gold_text) :] if cut >= 0 else last]
     return value, steps
-
-
-def _restate(expr: str, steps: list[str]) -> list[str] | None:
-    if not steps:
-        return None
-    return [f"Reading the expression as {expr.strip()}:"] + steps
 
 
 def _digit_slip(gold: Fraction, key: tuple) -> Fraction | None:

@@ -108,6 +108,11 @@ class MathTask:
     def extract_answer(self, text: str) -> str | None:
         return extract_math_answer(text)
 
+    def known_items(self) -> list[TaskItem]:
+        """Every item generated so far, both splits (simulated agents look questions up here)."""
+        with self._lock:
+            return [item for split in SPLITS for item in self._items[split]]
+
     def _read_chunk(self, split: str) -> None:
         """Generate chunks of this split's seed stream until one adds an item."""
         out = self._items[split]
@@ -152,6 +157,38 @@ class MathTask:
             return reasoning_gym.create_dataset(self.dataset, seed=seed, size=size, **self.overrides)
         except (TypeError, ValueError, AssertionError) as e:
             raise ValueError(f"reasoning-gym dataset {self.dataset!r} with config {self.overrides}: {e}") from e
+
+
+class MixedMathTask:
+    """Easy, medium and hard problems of one dataset, interleaved: item i of a
+    split comes from level i % 3. The level is in each item's metadata and id,
+    never in its question, so a router must read difficulty from the problem."""
+
+    def __init__(self, dataset: str = "basic_arithmetic", seed: int = 0, config: Mapping[str, Any] | None = None, **kw: Any):
+        self.name = f"{dataset}-mixed"
+        self.levels = {level: MathTask(dataset, seed=seed, difficulty=level, config=config, **kw) for level in LEVELS}
+
+    def items(self, split: str, start: int, count: int) -> list[TaskItem]:
+        check_split(split)
+        out = []
+        for i in range(start, start + count):
+            level = LEVELS[i % len(LEVELS)]
+            item = self.levels[level].items(split, i // len(LEVELS), 1)[0]
+            out.append(TaskItem(f"{level}/{item.id}", item.question, item.answer, {**item.metadata, "level": level}))
+        return out
+
+    def score(self, item: TaskItem, answer: str) -> float:
+        return 1.0 if math_equal(item.answer, answer) else 0.0
+
+    def extract_answer(self, text: str) -> str | None:
+        return extract_math_answer(text)
+
+    def known_items(self) -> list[TaskItem]:
+        return [
+            TaskItem(f"{level}/{it.id}", it.question, it.answer, {**it.metadata, "level": level})
+            for level, task in self.levels.items()
+            for it in task.known_items()
+        ]
 
 
 # ---- answer extraction ----
