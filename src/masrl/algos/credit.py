@@ -1,8 +1,9 @@
 """Credit assignment and grouping on episode trees: pure functions on calls.
 
 Credit turns the rewards on a call tree into a return per call. `tree_q` is
-the backward recursion Q(c) = r(c) + gamma * V(c), V(c) = mean Q over c's
-children that did not fail (0 for a call that ended its trajectory). On a
+the backward recursion Q(c) = r(c) + V(c), V(c) = mean over c's children that
+did not fail of gamma^(turns between them) * Q(child) (0 for a call that ended
+its trajectory). On a
 tree that branches only at the root (parallel sampling) it is the plain
 return-to-go of each trajectory; on a full tree it is the critique-and-routing
 controller's recursion (critique-routing-controller.txt, appendix E.2).
@@ -25,9 +26,11 @@ def tree_q(episode: Episode, gamma: float = 1.0) -> dict[str, float]:
     for call in reversed(episode.calls):  # children are listed after parents
         if call.id in failed:
             continue
-        kids = [q[k.id] for k in episode.children(call.id) if k.id in q]
+        # Discount per turn, not per call: a frozen agent's answer at the same
+        # turn as the action that asked for it is part of that action's outcome.
+        kids = [gamma ** (k.turn - call.turn) * q[k.id] for k in episode.children(call.id) if k.id in q]
         value = sum(kids) / len(kids) if kids and not call.done else 0.0
-        q[call.id] = call.reward + gamma * value
+        q[call.id] = call.reward + value
     return q
 
 

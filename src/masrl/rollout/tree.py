@@ -6,8 +6,9 @@ state, the parsed action, the immediate rewards and whether the trajectory is
 over. `expand` grows the episode tree for one task: at every state the
 `BranchRule` says how many candidate calls to draw (`width`) and which of them
 continue (`keep`). Parallel sampling (G independent episodes) is the rule
-"width G at the root, 1 below, keep all"; per-turn greedy trees, fork-at-agent
-and full trees are other rules over the same routine.
+"width G at the root, 1 below, keep all"; the full tree is "width G at every
+decision, keep all"; per-turn greedy trees and fork-at-agent are other rules
+over the same routine.
 
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
@@ -32,6 +33,7 @@ class Step:
     role: str
     turn: int
     messages: tuple[Message, ...]
+    branch: bool = True  # False: a frozen agent's answer to an action, drawn once (samplers never fork it)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,22 @@ class Parallel:
         return range(len(children))
 
 
-BRANCH_RULES = {"parallel": Parallel}
+@dataclass(frozen=True)
+class FullTree:
+    """Every decision node draws G candidates and all of them continue (critique-routing
+    controller, appendix E.2): a node's children are the next decisions after each action.
+    Steps marked `branch=False` (the routed agent's answer) are drawn once."""
+
+    group_size: int
+
+    def width(self, depth: int, step: Step) -> int:
+        return self.group_size if step.branch else 1
+
+    def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]:
+        return range(len(children))
+
+
+BRANCH_RULES = {"parallel": Parallel, "full_tree": FullTree}
 
 
 async def expand(system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule) -> Episode:

@@ -1,0 +1,348 @@
+"""The critique-and-routing controller (paper: critique-routing-controller.txt, sections 3.1-3.4).
+
+A trainable controller coordinates a pool of K agents ordered weak to strong:
+
+- turn 1: it reads the problem and names an agent (`<model>NAME</model>`);
+  that agent writes a draft;
+- turn t > 1: it reads the problem and the last draft and gives a verdict
+  (`<verdict>True</verdict>` stops; `<verdict>False</verdict>` followed by
+  `<model>NAME</model>` sends the problem, the draft and the controller's
+  critique to a stronger agent);
+- at turn T it only verifies. The answer is always the last draft.
+
+Rewards per controller action (section 3.2, Proposition 3.1):
+
+    R_r  = 1 if the chosen agent's draft is correct     (0 at turn T, 0 with no agent)
+    R_v  = 1 if the verdict matches the draft's truth   (0 at turn 1)
+    R'_r = R_r - sum_k 2 xi_k [chose k]
+    r    = 0.5 R'_r + 0.5 R_v                            (weights configurable)
+
+A malformed output is a format failure: the episode ends with the last draft
+and the action earns nothing (no penalty either: no agent was chosen).
+
+In the episode tree each routing action is followed by the routed agent's
+call (a frozen step that never branches). The routing term R_r is known only
+once that agent has answered, so it sits on the agent's call; credit adds it
+to the controller's action at the same turn (`tree_q` discounts per turn, not
+per call), which gives exactly the paper's Q = r + gamma * V(s_{t+1}).
+
+`xi` is a mutable `Multipliers` shared with the training loop: fixed by hand
+(the paper) or moved between steps by dual ascent on measured usage
+(`dual_ascent`, `observe`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from masrl.rollout.tree import Step, Transition
+from masrl.tasks.base import Task
+from masrl.types import Episode, Message, Reply, TaskItem
+
+CONTROLLER = "controller"
+
+ROUTE_PROMPT = (
+    "You are the router of a team of math solvers. The solvers, from weakest and cheapest to strongest and most "
+    "expensive, are: {agents}. Read the problem, judge how hard it is, and pick the weakest solver that will "
+    "solve it; the strong solvers are scarce. Reply with exactly one of: {tags}."
+)
+VERIFY_PROMPT = (
+    "You check solutions and route problems. The solvers, from weakest to strongest, are: {agents}. Check the "
+    "proposed solution from {author} step by step. If it is fully correct, reply <verdict>True</verdict>. If any "
+    "step is wrong, reply <verdict>False</verdict>: the next stronger solver redoes it. To pick the solver "
+    "yourself, reply one of: {tags}."
+)
+LAST_VERIFY_PROMPT = (
+    "You check solutions. Check the proposed solution from {author} step by step. Reply <verdict>True</verdict> "
+    "if it is fully correct and <verdict>False</verdict> otherwise."
+)
+AGENT_PROMPT = "Solve the math problem. Show your steps briefly and end with the final answer as <answer>ANSWER</answer>."
+ESCALATION = (
+    "{question}\n\nA previous attempt by another solver:\n{draft}\n\nA reviewer judged it wrong: {critique}\n\n"
+    "Solve the problem yourself from the start."
+)
+
+
+# ---------------------------------------------------------------- the action
+@dataclass(frozen=True)
+class Action:
+    """One parsed controller output. kind: "route", "stop" (verdict, no route) or "format_error"."""
+
+    kind: str
+    verdict: bool | None = None
+    agent: str | None = None
+    reason: str = ""
+
+
+_MODEL = re.compile(r"<model>\s*(.*?)\s*</model>", re.IGNORECASE | re.DOTALL)
+_VERDICT = re.compile(r"<verdict>\s*(true|false)\s*</verdict>", re.IGNORECASE)
+
+
+def match_agent(name: str, agents: Sequence[str]) -> str | None:
+    """The pool agent `name` refers to: exact, case-insensitive, or the one agent it is a unique part of."""
+    name = name.strip().strip("\"'`").strip()
+    if not name:
+        return None
+    lower = {a.lower(): a for a in agents}
+    if name.lower() in lower:
+        return lower[name.lower()]
+    partial = [a for a in agents if name.lower() in a.lower()]
+    return partial[0] if len(partial) == 1 else None
+
+
+def parse_action(text: str, turn: int, max_turns: int, agents: Sequence[str], author: str | None) -> Action:
+    """The controller's decision in `text` at `turn` (1-based); never raises.
+
+    `author` wrote the draft under review (None at turn 1). After a False
+    verdict a named agent must be stronger than the author; with no name the
+    next stronger agent takes over (a small model rarely writes a second tag
+    untrained, so the common case needs none). Where no stronger agent
+    exists, or at the last turn, a False verdict simply ends the episode.
+    """
+    if turn == 1:
+        found = _MODEL.findall(text)
+        if not found:
+            return Action("format_error", reason="no <model> tag")
+        agent = match_agent(found[0], agents)
+        if agent is None:
+            return Action("format_error", reason=f"unknown agent {found[0][:40]!r}")
+        return Action("route", agent=agent)
+    verdicts = _VERDICT.findall(text)
+    if not verdicts:
+        return Action("format_error", reason="no <verdict>True/False</verdict>")
+    verdict = verdicts[0].lower() == "true"
+    stronger = list(agents)[list(agents).index(author) + 1 :] if author in agents else []
+    if verdict or turn >= max_turns or not stronger:
+        return Action("stop", verdict=verdict)
+    found = _MODEL.findall(text)
+    if not found:  # our protocol: a bare False hands the problem to the next stronger agent
+        return Action("route", verdict=verdict, agent=stronger[0])
+    agent = match_agent(found[0], agents)
+    if agent not in stronger:
+        return Action("format_error", verdict=verdict, reason=f"{found[0][:40]!r} is not stronger than {author}")
+    return Action("route", verdict=verdict, agent=agent)
+
+
+# ---------------------------------------------------------------- rewards
+@dataclass(frozen=True)
+class RewardWeights:
+    routing: float = 0.5
+    verification: float = 0.5
+
+
+def controller_reward(
+    action: Action, turn: int, draft_correct: bool | None, xi: Mapping[str, float], w: RewardWeights
+) -> dict[str, float]:
+    """The controller-side terms of one action: verification and the usage penalty.
+
+    `draft_correct` is the truth of the draft under review (None at turn 1).
+    The routing term follows when the routed agent answers (`routing_reward`).
+    """
+    if action.kind == "format_error":
+        return {"verification": 0.0, "penalty": 0.0, "format_error": 1.0, "reward": 0.0}
+    r_v = 0.0 if turn == 1 or draft_correct is None else float(action.verdict == draft_correct)
+    penalty = 2.0 * xi.get(action.agent, 0.0) if action.kind == "route" else 0.0
+    reward = w.verification * r_v - w.routing * penalty
+    return {"verification": r_v, "penalty": penalty, "format_error": 0.0, "reward": reward}
+
+
+def routing_reward(correct: bool, w: RewardWeights) -> dict[str, float]:
+    """R_r of a routing action, once the routed agent's draft is graded."""
+    r_r = float(correct)
+    return {"routing": r_r, "reward": w.routing * r_r}
+
+
+# ---------------------------------------------------------------- multipliers
+@dataclass
+class Multipliers:
+    """The Lagrange multipliers xi_k and caps rho_k; `auto` moves xi by dual ascent."""
+
+    xi: dict[str, float]
+    rho: dict[str, float]
+    auto: bool = False
+    lr: float = 0.5
+
+    def state_dict(self) -> dict[str, float]:
+        return dict(self.xi)
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.xi = {k: float(state.get(k, v)) for k, v in self.xi.items()}
+
+
+def dual_ascent(xi: Mapping[str, float], usage: Mapping[str, float], rho: Mapping[str, float], lr: float) -> dict[str, float]:
+    """xi_k <- max(0, xi_k + lr * (usage_k - rho_k)): raise the price of an over-used agent,
+    lower it (down to 0) for one under its cap. Projected subgradient step on the dual of (2)."""
+    return {k: max(0.0, v + lr * (usage.get(k, 0.0) - rho.get(k, 1.0))) for k, v in xi.items()}
+
+
+def default_caps(agents: Sequence[str]) -> dict[str, float]:
+    """The paper's caps for a three-agent pool (strongest 0.25, middle 0.5, weakest 1.0), extended:
+    the strongest gets 0.25, the next 0.5, every weaker agent 1.0."""
+    caps = {a: 1.0 for a in agents}
+    for a, rho in zip(reversed(list(agents)), (0.25, 0.5)):
+        caps[a] = rho
+    return caps
+
+
+def default_multipliers(agents: Sequence[str]) -> dict[str, float]:
+    """The paper's xi for a three-agent pool: strongest 0.25, middle 0.125, others 0."""
+    xi = {a: 0.0 for a in agents}
+    for a, v in zip(reversed(list(agents)), (0.25, 0.125)):
+        xi[a] = v
+    return xi
+
+
+# ---------------------------------------------------------------- the system
+@dataclass(frozen=True)
+class RouterState:
+    task: TaskItem
+    turn: int = 1  # the controller's turn about to happen (or the routed agent's, when pending)
+    draft: str | None = None
+    draft_correct: bool | None = None
+    author: str | None = None
+    pending: str | None = None  # an agent the controller just routed to
+    critique: str = ""
+
+
+@dataclass(frozen=True)
+class RouterSystem:
+    task_family: Task
+    agents: tuple[str, ...]  # weak -> strong
+    multipliers: Multipliers
+    max_turns: int = 3
+    weights: RewardWeights = RewardWeights()
+    prefill: bool = True  # start the controller's reply inside its tag
+    agent_prompt: str = AGENT_PROMPT
+    policy: str = CONTROLLER
+
+    def start(self, task: TaskItem) -> RouterState:
+        return RouterState(task)
+
+    # -- prompts
+    def next_step(self, state: RouterState) -> Step:
+        if state.pending is not None:
+            return Step(state.pending, "agent", state.turn, self.agent_messages(state), branch=False)
+        return Step(self.policy, CONTROLLER, state.turn, self.controller_messages(state))
+
+    def controller_messages(self, state: RouterState) -> tuple[Message, ...]:
+        listing = ", ".join(self.agents)
+        q = state.task.question.strip()
+        if state.turn == 1:
+            tags = ", ".join(f"<model>{a}</model>" for a in self.agents)
+            system, user, tag = ROUTE_PROMPT.format(agents=listing, tags=tags), f"Problem: {q}", "<model>"
+        else:
+            last = state.turn >= self.max_turns or state.author == self.agents[-1]
+            template = LAST_VERIFY_PROMPT if last else VERIFY_PROMPT
+            stronger = self.agents[self.agents.index(state.author) + 1 :] if state.author in self.agents else ()
+            tags = ", ".join(f"<verdict>False</verdict><model>{a}</model>" for a in stronger)
+            system = template.format(agents=listing, author=state.author, tags=tags)
+            user = f"Problem: {q}\n\nProposed solution from {state.author}:\n{state.draft}"
+            tag = "<verdict>"
+        messages = (Message("system", system), Message("user", user))
+        return messages + ((Message("assistant", tag),) if self.prefill else ())
+
+    def agent_messages(self, state: RouterState) -> tuple[Message, ...]:
+        q = state.task.question.strip()
+        user = q if state.draft is None else ESCALATION.format(question=q, draft=state.draft, critique=state.critique)
+        return (Message("system", self.agent_prompt), Message("user", user))
+
+    # -- transitions
+    def advance(self, state: RouterState, step: Step, reply: Reply) -> Transition:
+        if state.pending is not None:
+            return self._agent_answered(state, reply)
+        text = self._full_text(reply.text, state.turn)
+        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author)
+        terms = controller_reward(action, state.turn, state.draft_correct, self.multipliers.xi, self.weights)
+        reward = terms.pop("reward")
+        if action.kind != "route":
+            final = {"correct": float(bool(state.draft_correct)), "turns": float(state.turn)}
+            return Transition(state, action, {**terms, **final}, reward, done=True)
+        nxt = replace(state, pending=action.agent, critique=_critique(text))
+        return Transition(nxt, action, terms, reward, done=False)
+
+    def _agent_answered(self, state: RouterState, reply: Reply) -> Transition:
+        answer = self.task_family.extract_answer(reply.text)
+        correct = answer is not None and self.task_family.score(state.task, answer) > 0
+        terms = routing_reward(correct, self.weights)
+        reward = terms.pop("reward")
+        nxt = RouterState(state.task, state.turn + 1, reply.text, correct, state.pending)
+        return Transition(nxt, answer, terms, reward, done=False)
+
+    def _full_text(self, text: str, turn: int) -> str:
+        if not self.prefill:
+            return text
+        return ("<model>" if turn == 1 else "<verdict>") + text
+
+    # -- between steps
+    def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
+        """Usage of each agent on this step's trees; one dual-ascent step on xi when automatic."""
+        usage = tree_usage(episodes, self.agents)
+        m = self.multipliers
+        if m.auto:
+            m.xi = dual_ascent(m.xi, usage, m.rho, m.lr)
+        metrics = {f"usage/{k}": v for k, v in usage.items()}
+        metrics.update({f"xi/{k}": v for k, v in m.xi.items()})
+        metrics["final_correct"] = tree_accuracy(episodes)
+        return metrics
+
+    def state_dict(self) -> dict[str, float]:
+        return self.multipliers.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.multipliers.load_state_dict(state)
+
+
+def _critique(text: str) -> str:
+    """What the next agent is told about the draft: the controller's words minus its tags."""
+    body = re.sub(r"<model>.*?</model>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    body = re.sub(r"</?(verdict|checking|thinking)>", " ", body, flags=re.IGNORECASE)
+    body = " ".join(body.split())
+    return body if body and body.lower() != "false" else "it did not pass verification."
+
+
+# ---------------------------------------------------------------- tree statistics
+def path_weights(episode: Episode) -> dict[str, float]:
+    """Probability weight of each call's path: its parent's weight / number of siblings drawn.
+
+    A node's G actions are G samples of one policy, so the weighted count of a
+    tree's calls estimates expected counts per trajectory (e.g. each of the G
+    turn-1 actions counts 1/G, each turn-2 action under it 1/G^2)."""
+    siblings: dict[str | None, int] = defaultdict(int)
+    for c in episode.calls:
+        siblings[c.parent] += 1
+    weight: dict[str, float] = {}
+    for c in episode.calls:  # parents first
+        weight[c.id] = (1.0 if c.parent is None else weight[c.parent]) / siblings[c.parent]
+    return weight
+
+
+def tree_usage(episodes: Sequence[Episode], agents: Sequence[str]) -> dict[str, float]:
+    """Each agent's share of the expected agent calls per trajectory, estimated from the trees."""
+    counts = {a: 0.0 for a in agents}
+    for ep in episodes:
+        w = path_weights(ep)
+        for c in ep.calls:
+            if c.role == "agent" and c.agent in counts:
+                counts[c.agent] += w[c.id]
+    total = sum(counts.values())
+    return {a: (n / total if total else 0.0) for a, n in counts.items()}
+
+
+def tree_accuracy(episodes: Sequence[Episode]) -> float:
+    """Expected correctness of the final draft per trajectory, from the trees' terminal calls."""
+    if not episodes:
+        return 0.0
+    total = 0.0
+    for ep in episodes:
+        w = path_weights(ep)
+        total += sum(w[c.id] * c.rewards.get("correct", 0.0) for c in ep.calls if c.done and not c.failed)
+    return total / len(episodes)
+
+
+def leaf_weights(episode: Episode) -> dict[str, float]:
+    """1 / (number of leaves of the tree) for every call: the gradient scale of appendix E.2."""
+    n = max(1, len(episode.leaves()))
+    return {c.id: 1.0 / n for c in episode.calls}
