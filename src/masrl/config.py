@@ -39,25 +39,74 @@ class ModelConfig(Section):
 
 
 class TaskConfig(Section):
-    kind: Literal["math", "jsonl"] = "math"
+    kind: Literal["math", "jsonl", "champ"] = "math"
     dataset: str = Field("basic_arithmetic", description="reasoning-gym dataset name (kind=math)")
-    difficulty: Literal["easy", "medium", "hard"] = "easy"
+    difficulty: Literal["easy", "medium", "hard", "mixed"] = Field(
+        "easy", description="mixed interleaves easy, medium and hard problems"
+    )
     config: dict[str, Any] = Field(default_factory=dict, description="raw reasoning-gym config overrides")
-    path: str | None = Field(None, description="JSONL file with question/answer lines (kind=jsonl)")
+    path: str | None = Field(
+        None, description="JSONL question/answer file (kind=jsonl) or CHAMP pool file (kind=champ)"
+    )
     seed: int = 1234
 
 
 class SystemConfig(Section):
-    kind: Literal["single"] = "single"
+    kind: Literal["single", "router"] = "single"
     prompt: str = Field(
         "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
         description="system prompt of the single agent",
     )
+    max_turns: int = Field(3, ge=1, description="router: T, controller turns per episode (the last only verifies)")
+    prefill: bool = Field(True, description="router: start the controller's reply inside its tag")
+
+
+class PoolAgentConfig(Section):
+    """One agent of a router's pool; list the pool weak to strong."""
+
+    name: str
+    backend: Literal["openai", "hf", "replay", "simulated"]
+    model: str | None = Field(None, description="openai: model id; hf: 'smollm2', 'tiny', a directory or hub id")
+    base_url: str | None = Field(None, description="openai: e.g. http://localhost:8000/v1")
+    api_key_env: str | None = Field(None, description="openai: environment variable holding the key")
+    path: str | None = Field(None, description="replay: recorded JSONL file")
+    ability: float | None = Field(None, description="simulated: item-response ability (masrl/pools/simulated.py)")
+    price_in: float = Field(0.0, ge=0.0, description="dollars per 1k input tokens")
+    price_out: float = Field(0.0, ge=0.0, description="dollars per 1k output tokens")
+    max_new_tokens: int = Field(256, gt=0, description="hf: reply length limit")
+
+
+class PoolConfig(Section):
+    kind: Literal["simulated", "champ", "agents"] = Field(
+        "simulated", description="simulated: calibrated SIMULATED pool; champ: recorded CHAMP pool; agents: the list"
+    )
+    simulated: str = Field("three", description="which simulated pool (three, two)")
+    seed: int = Field(0, description="seed of the simulated pool's draws")
+    agents: list[PoolAgentConfig] = Field(default_factory=list, description="kind=agents: the pool, weak to strong")
+
+
+class RouterConfig(Section):
+    rho: dict[str, float] = Field(
+        default_factory=dict, description="usage cap per agent (share of calls); default 0.25/0.5/1 strongest first"
+    )
+    xi: dict[str, float] = Field(
+        default_factory=dict, description="Lagrange multiplier per agent; default 0.25/0.125/0 strongest first"
+    )
+    dual_ascent: bool = Field(False, description="move xi between steps by dual ascent on measured usage vs rho")
+    dual_lr: float = Field(0.5, gt=0.0, description="dual-ascent step size")
+    routing_weight: float = Field(0.5, ge=0.0)
+    verification_weight: float = Field(0.5, ge=0.0)
+    baselines: list[str] = Field(
+        default_factory=lambda: ["single", "random", "classifier", "knn"],
+        description="one-shot routers evaluated beside the controller at the end of training "
+        "(single, random, classifier, knn)",
+    )
+    label_items: int = Field(600, ge=1, description="training items labelled with pool correctness for baselines")
 
 
 class SamplerConfig(Section):
-    rule: Literal["parallel"] = "parallel"
-    group_size: int = Field(8, ge=1, description="G: episodes drawn per task")
+    rule: Literal["parallel", "full_tree"] = "parallel"
+    group_size: int = Field(8, ge=1, description="G: candidates drawn per decision (parallel: per task)")
 
 
 class RolloutConfig(Section):
@@ -85,6 +134,9 @@ class AlgoConfig(Section):
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     epochs: int = Field(1, ge=1, description="update epochs over each batch (1 = on-policy)")
     skip_zero_advantage: bool = Field(True, description="leave samples with advantage 0 out of the update")
+    sample_weight: Literal["none", "inverse_leaves"] = Field(
+        "none", description="inverse_leaves: scale each tree's samples by 1/(its leaves), appendix E.2 of the router paper"
+    )
 
 
 class TrainerConfig(Section):
@@ -115,6 +167,8 @@ class Config(Section):
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     system: SystemConfig = SystemConfig()
+    pool: PoolConfig = PoolConfig()
+    router: RouterConfig = RouterConfig()
     sampler: SamplerConfig = SamplerConfig()
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
@@ -124,22 +178,36 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
-        if self.task.kind == "jsonl" and not self.task.path:
-            raise ValueError("task.path is required when task.kind is 'jsonl'")
+        if self.task.kind in ("jsonl", "champ") and not self.task.path:
+            raise ValueError(f"task.path is required when task.kind is {self.task.kind!r}")
+        if self.pool.kind == "champ" and self.task.kind != "champ":
+            raise ValueError("pool.kind 'champ' replays CHAMP problems: set task.kind: champ and task.path")
+        if self.pool.kind == "agents" and self.system.kind == "router" and not self.pool.agents:
+            raise ValueError("pool.kind 'agents' needs pool.agents: a list of agents, weak to strong")
+        names = [a.name for a in self.pool.agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool.agents has duplicate names: {names}")
+        unknown_baselines = set(self.router.baselines) - {"single", "random", "classifier", "knn"}
+        if unknown_baselines:
+            raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
         unknown = set(self.reward.weights) - {"correct", "format"}
         if unknown:
             raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
         return self
 
 
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
+PACKAGED = Path(__file__).parent / "configs"
+DEFAULT_CONFIG = PACKAGED / "default.yaml"
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read YAML (or the packaged default), apply `a.b=value` overrides, validate."""
     path = Path(path) if path else DEFAULT_CONFIG
+    if not path.exists() and (PACKAGED / f"{path}.yaml").exists():
+        path = PACKAGED / f"{path}.yaml"  # a shipped config by name: `masrl train router-champ`
     if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+        shipped = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
+        raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -188,7 +256,7 @@ def _check_files(config: Config) -> list[str]:
     from masrl.models import check_model_name
 
     problems = []
-    if config.task.kind == "jsonl" and config.task.path and not Path(config.task.path).expanduser().exists():
+    if config.task.kind in ("jsonl", "champ") and config.task.path and not Path(config.task.path).expanduser().exists():
         problems.append(f"task.path: file {config.task.path} does not exist")
     model_problem = check_model_name(config.model.name)
     if model_problem:

@@ -71,13 +71,22 @@ def score(episodes: Sequence[Episode], config: Config) -> Scored:
     keys = [GROUPINGS[algo.grouping](i, c) for i, c in calls]
     ret = torch.tensor([returns[i][c.id] for i, c in calls], dtype=torch.float64)  # [N]
     adv = ADVANTAGES[algo.advantage](ret, group_ids_from_keys(keys))  # [N]
+    weights = [sample_weight(episodes[i], algo.sample_weight) for i, _ in calls]
     samples: dict[str, list[Sample]] = defaultdict(list)
-    for (i, c), a in zip(calls, adv.tolist()):
+    for (i, c), a, w in zip(calls, adv.tolist(), weights):
         if algo.skip_zero_advantage and a == 0.0:
             continue
-        samples[c.reply.policy].append(Sample(c.reply.policy, c.reply.prompt_ids, c.reply.response_ids, a))
+        samples[c.reply.policy].append(Sample(c.reply.policy, c.reply.prompt_ids, c.reply.response_ids, a, w))
     advantages = {(i, c.id): a for (i, c), a in zip(calls, adv.tolist())}
     return Scored(dict(samples), advantages, {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())})
+
+
+def sample_weight(episode: Episode, kind: str) -> float:
+    """Loss scale of a sample from `episode`: 1, or 1/(leaves of its tree) (router paper, appendix E.2:
+    each query's gradient is scaled by 1/|B_T| so a bushy tree does not outweigh a shallow one)."""
+    if kind == "inverse_leaves":
+        return 1.0 / max(1, len(episode.leaves()))
+    return 1.0
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -154,6 +163,9 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
             first = next(c.error for ep in episodes for c in ep.calls if c.error)
             raise TrainingError(f"step {step}: every episode failed; first error: {first}")
         scored = score(episodes, config)  # 2-3. score and advantage
+        observe = getattr(engine.system, "observe", None)  # e.g. the router's usage and dual ascent
+        if observe is not None:
+            metrics.update(observe(episodes))
         t1 = time.perf_counter()
         for policy, samples in scored.samples.items():  # 4. update
             upd = update_policy(engine.model, policy, samples, engine.optimizers[policy], settings)
@@ -178,7 +190,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:  # 6. checkpoint
             _checkpoint(engine, run_dir, step)
     bar.close()
-    _log_eval(engine, logger, cfg.steps, "after")
+    _log_eval(engine, logger, cfg.steps, "after", final=True)
     logger.close()
     return run_dir
 
@@ -225,8 +237,10 @@ def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
         files[f"policy/{p}.safetensors"] = lambda path, p=p: engine.model.save(p, path)
         files[f"optimizer/{p}.pt"] = lambda path, p=p: torch.save(engine.optimizers[p].state_dict(), path)
     files["rng.pt"] = lambda path: torch.save(capture_rng(), path)
-    data_position = step * engine.config.trainer.batch_size
-    save_checkpoint(run_dir, step, files, {"data_position": data_position}, keep=engine.config.trainer.keep_checkpoints)
+    meta = {"data_position": step * engine.config.trainer.batch_size}
+    if hasattr(engine.system, "state_dict"):  # e.g. the router's Lagrange multipliers
+        meta["system"] = engine.system.state_dict()
+    save_checkpoint(run_dir, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
 
 
 def _restore(engine: Engine, ckpt: Path) -> None:
@@ -234,6 +248,13 @@ def _restore(engine: Engine, ckpt: Path) -> None:
         engine.model.load(p, ckpt / "policy" / f"{p}.safetensors")
         engine.optimizers[p].load_state_dict(torch.load(ckpt / "optimizer" / f"{p}.pt", weights_only=False))
     restore_rng(torch.load(ckpt / "rng.pt", weights_only=False))
+    _restore_system(engine, ckpt)
+
+
+def _restore_system(engine: Engine, ckpt: Path) -> None:
+    state = read_meta(ckpt).get("system")
+    if state is not None and hasattr(engine.system, "load_state_dict"):
+        engine.system.load_state_dict(state)
 
 
 def load_trained(run_dir: Path, model=None) -> Engine:
@@ -245,11 +266,14 @@ def load_trained(run_dir: Path, model=None) -> Engine:
         raise TrainingError(f"{run_dir} has no checkpoint")
     for p in engine.model.policies:
         engine.model.load(p, ckpt / "policy" / f"{p}.safetensors")
+    _restore_system(engine, ckpt)
     return engine
 
 
-def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str) -> dict[str, float]:
+def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final: bool = False) -> dict[str, float]:
     items = engine.task.items("eval", 0, engine.config.eval.size)
+    if engine.pool:
+        return _log_router_eval(engine, logger, step, label, items, final)
     result = evaluate(engine, items)
     summary = result.summary()
     logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
@@ -257,6 +281,22 @@ def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str) -> dic
         f"eval {label}: accuracy {summary['accuracy']:.3f} on {result.items} held-out items, "
         f"{summary['mean_tokens']:.1f} tokens, cost ${summary['cost']:.4f}"
     )
+    return summary
+
+
+def _log_router_eval(engine: Engine, logger: "RunLogger", step: int, label: str, items, final: bool) -> dict[str, float]:
+    """The controller under the usage caps; at the end also the one-shot baselines, as a table."""
+    from masrl.routers.run import router_results, write_router_results
+
+    results = router_results(engine, items, baselines=engine.config.router.baselines if final else ())
+    controller = results[0]
+    summary = {"accuracy": controller.accuracy, "cost": controller.cost, "calls_per_item": controller.calls_per_item,
+               "exhausted": controller.exhausted, **{f"usage/{k}": v for k, v in controller.usage.items()}}
+    logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
+    tqdm.write(f"eval {label}: accuracy {controller.accuracy:.3f} on {controller.items} held-out items under caps, "
+               + ", ".join(f"{k} {v:.2f}" for k, v in controller.usage.items()) + f", cost ${controller.cost:.4f}")
+    if final:
+        tqdm.write(write_router_results(logger.run_dir, results, engine))
     return summary
 
 

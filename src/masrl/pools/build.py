@@ -1,0 +1,61 @@
+"""Turn a config's `pool` section into agents, ordered weak to strong.
+
+- ``simulated``: the calibrated SIMULATED pool (`masrl.pools.simulated`), which
+  finds each question among the task's generated items;
+- ``champ``: the recorded CHAMP pool, read from the task's pool file;
+- ``agents``: the user's own list, any engine backend per agent (an
+  OpenAI-compatible endpoint, a local HF model, a recorded JSONL file, or a
+  simulated agent of a given ability).
+"""
+
+from __future__ import annotations
+
+import os
+
+from masrl.agents.base import Agent
+from masrl.config import Config, ConfigError, PoolAgentConfig
+from masrl.types import Price
+
+
+def build_pool(config: Config, task) -> dict[str, Agent]:
+    p = config.pool
+    if p.kind == "simulated":
+        from masrl.pools.simulated import simulated_pool
+
+        return dict(simulated_pool(p.simulated, seed=p.seed, task=task))
+    if p.kind == "champ":
+        from masrl.pools.champ import load_champ_pool
+
+        return dict(load_champ_pool(config.task.path)[1])
+    return {a.name: build_agent(a, task, p.seed) for a in p.agents}
+
+
+def build_agent(spec: PoolAgentConfig, task, seed: int = 0) -> Agent:
+    price = Price(spec.price_in, spec.price_out)
+    if spec.backend == "openai":
+        from masrl.agents.openai_http import OpenAIChatAgent
+
+        if not spec.base_url or not spec.model:
+            raise ConfigError(f"pool agent {spec.name}: backend openai needs base_url and model")
+        if spec.api_key_env and spec.api_key_env not in os.environ:
+            raise ConfigError(f"pool agent {spec.name}: environment variable {spec.api_key_env} is not set")
+        return OpenAIChatAgent(spec.name, spec.base_url, spec.model, price=price, api_key_env=spec.api_key_env)
+    if spec.backend == "hf":
+        from masrl.agents.hf_local import HFLocalAgent
+        from masrl.agents.policy import SamplingParams
+
+        if not spec.model:
+            raise ConfigError(f"pool agent {spec.name}: backend hf needs model")
+        params = SamplingParams(spec.max_new_tokens, 0.0, 1.0, ("</answer>",))
+        return HFLocalAgent.from_name(spec.name, spec.model, params, price=price)
+    if spec.backend == "replay":
+        from masrl.agents.replay import ReplayAgent
+
+        if not spec.path:
+            raise ConfigError(f"pool agent {spec.name}: backend replay needs path")
+        return ReplayAgent(spec.name, spec.path, price=price)
+    from masrl.pools.simulated import SimulatedAgent
+
+    if spec.ability is None:
+        raise ConfigError(f"pool agent {spec.name}: backend simulated needs ability")
+    return SimulatedAgent(spec.name, spec.ability, price, seed=seed, task=task)

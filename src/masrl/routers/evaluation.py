@@ -1,0 +1,324 @@
+"""Evaluation of routers under per-agent usage caps (critique-routing-controller.txt, section 4).
+
+Every method (the trained controller and each one-shot baseline) is scored the
+same way, on the same items, with the same pool draws (agents with a
+`reset()` restart their attempt counts first):
+
+- Items are processed turn by turn across the whole set ("lockstep"), so the
+  controller's calls of one turn are one generation batch and cap accounting
+  is in item order, deterministic.
+- **Usage caps.** Agent k may take a call only while its share of all calls
+  stays within rho_k: a call is allowed if calls_k + 1 <= rho_k * (calls so far
+  + 1 + items not yet started). The right side is a lower bound on the final
+  number of calls (every unstarted item makes at least one), so the final
+  share is always <= rho_k; for a one-shot router it is exactly
+  "at most rho_k * N calls". A capped agent's call goes to the next-best
+  available agent: the strongest allowed agent weaker than the one chosen,
+  and, on a re-route, still stronger than the draft's author; when there is
+  none the episode ends with the draft it has (turn 1: the weakest allowed).
+- Reported: accuracy; per-agent usage ratios; calls per item; share of items
+  that used every turn; accuracy had the episode stopped after turn t; the
+  routing confusion matrix (rows: weakest agent that solves the item alone,
+  columns: the agent that answered turn 1); the verification confusion matrix
+  at turn 2; total and per-item cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from masrl.agents.base import Agent
+from masrl.systems.router import RouterState, RouterSystem
+from masrl.tasks.base import Task
+from masrl.types import Message, TaskItem
+
+
+# ---------------------------------------------------------------- caps
+@dataclass
+class CapLedger:
+    agents: tuple[str, ...]  # weak -> strong
+    rho: Mapping[str, float]
+    items: int
+    calls: dict[str, int] = field(default_factory=dict)
+    started: int = 0  # items that have made their first call
+    redirected: int = 0
+    overflow: int = 0  # calls made with every candidate capped (only when no agent is allowed at turn 1)
+
+    def allowed(self, agent: str) -> bool:
+        total = sum(self.calls.values())
+        bound = total + 1 + max(0, self.items - self.started - 1)
+        return self.calls.get(agent, 0) + 1 <= self.rho.get(agent, 1.0) * bound + 1e-9
+
+    def assign(self, wanted: str, author: str | None = None) -> str | None:
+        """The agent that takes this call (`wanted` or the next-best allowed), recorded; None if none may."""
+        order = list(self.agents)
+        floor = order.index(author) + 1 if author in order else 0
+        candidates = [a for a in reversed(order[floor : order.index(wanted) + 1])]
+        chosen = next((a for a in candidates if self.allowed(a)), None)
+        if chosen is None and author is None:  # a first call must go somewhere
+            chosen = next((a for a in order if self.allowed(a)), None)
+            if chosen is None:
+                chosen, self.overflow = order[0], self.overflow + 1
+        if chosen is None:
+            return None
+        if author is None:
+            self.started += 1
+        self.redirected += chosen != wanted
+        self.calls[chosen] = self.calls.get(chosen, 0) + 1
+        return chosen
+
+
+# ---------------------------------------------------------------- traces and results
+@dataclass
+class Trace:
+    """One item's episode at eval."""
+
+    item: TaskItem
+    answered_by: list[str] = field(default_factory=list)  # agents that wrote drafts, in order
+    wanted: list[str] = field(default_factory=list)  # what the router asked for (before caps)
+    correct_after: list[bool] = field(default_factory=list)  # truth of the held draft after each controller turn
+    verdicts: list[str] = field(default_factory=list)  # "True" / "False" / "format_error" per turn > 1
+    turns: int = 0
+    cost: float = 0.0
+    correct: bool = False
+
+
+@dataclass(frozen=True)
+class RouterEval:
+    method: str
+    accuracy: float
+    usage: dict[str, float]  # share of all agent calls
+    calls_per_item: float
+    exhausted: float  # share of items whose episode used all T turns
+    accuracy_by_turn: list[float]  # accuracy had each episode stopped after turn t
+    routing_confusion: dict[str, dict[str, int]]  # weakest solver -> agent at turn 1 -> count
+    verification_confusion: dict[str, dict[str, int]]  # draft truth -> verdict at turn 2 -> count
+    cost: float
+    cost_per_item: float
+    redirected: int
+    items: int
+    seconds: float
+
+    def row(self) -> dict[str, Any]:
+        return {"method": self.method, "accuracy": self.accuracy, **{f"usage/{k}": v for k, v in self.usage.items()},
+                "calls_per_item": self.calls_per_item, "cost": self.cost}
+
+
+def summarize(
+    method: str,
+    traces: Sequence[Trace],
+    agents: Sequence[str],
+    max_turns: int,
+    solvers: Mapping[str, Sequence[bool]] | None,
+    redirected: int,
+    seconds: float,
+) -> RouterEval:
+    n = max(1, len(traces))
+    counts = {a: sum(t.answered_by.count(a) for t in traces) for a in agents}
+    total = sum(counts.values())
+    by_turn = []
+    for turn in range(1, max_turns + 1):
+        # an episode that stopped earlier keeps its final draft
+        by_turn.append(sum(t.correct_after[min(turn, len(t.correct_after)) - 1] if t.correct_after else False
+                           for t in traces) / n)
+    routing: dict[str, dict[str, int]] = {}
+    if solvers is not None:
+        for t in traces:
+            row = weakest_solver(solvers[t.item.id], agents)
+            col = t.answered_by[0] if t.answered_by else "none"
+            routing.setdefault(row, {}).setdefault(col, 0)
+            routing[row][col] += 1
+    verification: dict[str, dict[str, int]] = {}
+    for t in traces:
+        if t.verdicts and len(t.correct_after) >= 1:
+            row = "draft correct" if t.correct_after[0] else "draft wrong"
+            verification.setdefault(row, {}).setdefault(t.verdicts[0], 0)
+            verification[row][t.verdicts[0]] += 1
+    cost = sum(t.cost for t in traces)
+    return RouterEval(
+        method=method,
+        accuracy=sum(t.correct for t in traces) / n,
+        usage={a: (c / total if total else 0.0) for a, c in counts.items()},
+        calls_per_item=total / n,
+        exhausted=sum(t.turns >= max_turns for t in traces) / n,
+        accuracy_by_turn=by_turn,
+        routing_confusion=routing,
+        verification_confusion=verification,
+        cost=cost,
+        cost_per_item=cost / n,
+        redirected=redirected,
+        items=len(traces),
+        seconds=seconds,
+    )
+
+
+def weakest_solver(solved: Sequence[bool], agents: Sequence[str]) -> str:
+    return next((a for a, ok in zip(agents, solved) if ok), "none")
+
+
+def reset_pool(pool: Mapping[str, Agent]) -> None:
+    for agent in pool.values():
+        if hasattr(agent, "reset"):
+            agent.reset()
+
+
+async def _grade(agent: Agent, messages, task: Task, item: TaskItem) -> tuple[bool, float, str]:
+    reply = await agent(messages)
+    answer = task.extract_answer(reply.text)
+    return (answer is not None and task.score(item, answer) > 0), reply.cost, reply.text
+
+
+# ---------------------------------------------------------------- the controller
+def evaluate_controller(
+    system: RouterSystem,
+    controller: Agent,
+    pool: Mapping[str, Agent],
+    items: Sequence[TaskItem],
+    rho: Mapping[str, float],
+    max_turns: int | None = None,
+    solvers: Mapping[str, Sequence[bool]] | None = None,
+    method: str = "masrl controller",
+) -> RouterEval:
+    """The multi-turn controller (greedy `controller` agent) under caps `rho`."""
+    started = time.perf_counter()
+    system = replace(system, max_turns=max_turns or system.max_turns)
+    reset_pool(pool)
+    ledger = CapLedger(system.agents, rho, len(items))
+    traces = [Trace(item) for item in items]
+    states: list[RouterState | None] = [system.start(item) for item in items]
+
+    async def run() -> None:
+        for _turn in range(1, system.max_turns + 1):
+            live = [i for i, s in enumerate(states) if s is not None]
+            if not live:
+                return
+            steps = [system.next_step(states[i]) for i in live]
+            replies = await asyncio.gather(*(controller(step.messages) for step in steps))  # one batch
+            routed: list[tuple[int, Any]] = []
+            for i, step, reply in zip(live, steps, replies):
+                state, trace = states[i], traces[i]
+                trace.turns, trace.cost = state.turn, trace.cost + reply.cost
+                tr = system.advance(state, step, reply)
+                if state.turn > 1:
+                    trace.verdicts.append("format_error" if tr.action.kind == "format_error" else str(tr.action.verdict))
+                if tr.done:
+                    states[i] = None
+                    _close(trace)
+                    continue
+                agent = ledger.assign(tr.state.pending, state.author)  # caps, in item order
+                trace.wanted.append(tr.state.pending)
+                if agent is None:
+                    states[i] = None
+                    _close(trace)
+                    continue
+                routed.append((i, replace(tr.state, pending=agent)))
+            outcomes = await asyncio.gather(*(pool[s.pending](system.agent_messages(s)) for _, s in routed))
+            for (i, s), reply in zip(routed, outcomes):
+                step = system.next_step(s)
+                tr = system.advance(s, step, reply)
+                traces[i].answered_by.append(s.pending)
+                traces[i].cost += reply.cost
+                traces[i].correct_after.append(bool(tr.state.draft_correct))
+                states[i] = tr.state
+
+    asyncio.run(run())
+    for t in traces:
+        _close(t)
+    return summarize(method, traces, system.agents, system.max_turns, solvers, ledger.redirected,
+                     time.perf_counter() - started)
+
+
+def _close(trace: Trace) -> None:
+    trace.correct = bool(trace.correct_after[-1]) if trace.correct_after else False
+
+
+# ---------------------------------------------------------------- one-shot routers
+def evaluate_one_shot(
+    router: Any,
+    pool: Mapping[str, Agent],
+    task: Task,
+    items: Sequence[TaskItem],
+    rho: Mapping[str, float],
+    solvers: Mapping[str, Sequence[bool]] | None = None,
+    prompt: str | None = None,
+) -> RouterEval:
+    """A router with `choose(items) -> [agent]` (masrl.routers.baselines), the chosen agent's draft final."""
+    from masrl.systems.router import AGENT_PROMPT
+
+    started = time.perf_counter()
+    agents = tuple(pool)
+    reset_pool(pool)
+    ledger = CapLedger(agents, rho, len(items))
+    wanted = router.choose(items)
+    assigned = [ledger.assign(w) for w in wanted]
+    system_prompt = Message("system", prompt or AGENT_PROMPT)
+
+    async def run():
+        return await asyncio.gather(
+            *(_grade(pool[a], (system_prompt, Message("user", it.question.strip())), task, it)
+              for a, it in zip(assigned, items))
+        )
+
+    outcomes = asyncio.run(run())
+    traces = []
+    for it, w, a, (ok, cost, _) in zip(items, wanted, assigned, outcomes):
+        traces.append(Trace(it, [a], [w], [ok], [], 1, cost, ok))
+    return summarize(router.name, traces, agents, 1, solvers, ledger.redirected, time.perf_counter() - started)
+
+
+def solver_profile(pool: Mapping[str, Agent], task: Task, items: Sequence[TaskItem], prompt: str | None = None) -> dict[str, list[bool]]:
+    """Whether each agent alone solves each item (item id -> one bool per agent, pool order).
+
+    For a simulated or recorded pool this is the same draw the evaluation sees
+    (attempt 0 after a reset); for live endpoints it costs one call per agent and item."""
+    from masrl.systems.router import AGENT_PROMPT
+
+    system_prompt = Message("system", prompt or AGENT_PROMPT)
+
+    async def run():
+        out = {}
+        for name, agent in pool.items():
+            reset_pool(pool)
+            out[name] = await asyncio.gather(
+                *(_grade(agent, (system_prompt, Message("user", it.question.strip())), task, it) for it in items)
+            )
+        return out
+
+    graded = asyncio.run(run())
+    reset_pool(pool)
+    return {it.id: [graded[name][i][0] for name in pool] for i, it in enumerate(items)}
+
+
+# ---------------------------------------------------------------- tables
+def results_table(results: Sequence[RouterEval], agents: Sequence[str]) -> str:
+    """A markdown table: method, accuracy, usage per agent, calls per item, cost."""
+    head = ["method", "accuracy", *[f"usage {a}" for a in agents], "calls/item", "cost $", "$/item"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [r.method, f"{r.accuracy:.3f}", *[f"{r.usage.get(a, 0.0):.2f}" for a in agents],
+                 f"{r.calls_per_item:.2f}", f"{r.cost:.4f}", f"{r.cost_per_item:.6f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def detail_text(r: RouterEval, agents: Sequence[str]) -> str:
+    """Turn budget, accuracy by max turns and both confusion matrices, as plain text."""
+    lines = [f"{r.method}: accuracy {r.accuracy:.3f} on {r.items} items; exhausted turn budget {r.exhausted:.2f}; "
+             f"redirected by caps {r.redirected}",
+             "accuracy by max turns: " + ", ".join(f"T={t + 1}: {a:.3f}" for t, a in enumerate(r.accuracy_by_turn))]
+    if r.routing_confusion:
+        cols = [*agents, "none"]
+        lines.append("routing (rows: weakest solver; columns: agent at turn 1)")
+        lines.append("  " + " ".join(f"{c:>12s}" for c in ["", *cols]))
+        for row in [*agents, "none"]:
+            counts = r.routing_confusion.get(row, {})
+            lines.append("  " + " ".join([f"{row:>12s}", *[f"{counts.get(c, 0):>12d}" for c in cols]]))
+    if r.verification_confusion:
+        lines.append("verification at turn 2 (rows: draft truth; columns: verdict)")
+        for row, counts in sorted(r.verification_confusion.items()):
+            lines.append(f"  {row:>14s}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""Evaluate a router engine: the controller and the one-shot baselines, same items, same caps."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from masrl.routers.evaluation import (
+    RouterEval,
+    detail_text,
+    evaluate_controller,
+    evaluate_one_shot,
+    results_table,
+    solver_profile,
+)
+from masrl.systems.router import CONTROLLER
+from masrl.types import TaskItem
+
+
+def router_results(engine, items: Sequence[TaskItem], baselines: Sequence[str] = ()) -> list[RouterEval]:
+    """The trained controller first, then each requested baseline ("single" expands to every agent)."""
+    rho = engine.system.multipliers.rho
+    solvers = solver_profile(engine.pool, engine.task, items)
+    results = [evaluate_controller(engine.system, engine.eval_agents[CONTROLLER], engine.pool, items, rho, solvers=solvers)]
+    for router in baseline_routers(engine, baselines):
+        results.append(evaluate_one_shot(router, engine.pool, engine.task, items, rho, solvers=solvers))
+    return results
+
+
+def baseline_routers(engine, names: Sequence[str]) -> list:
+    """The one-shot routers `names` asks for, fitted on pool-correctness labels of training items."""
+    from masrl.routers import baselines as b
+
+    agents = tuple(engine.pool)
+    routers: list = []
+    if "single" in names:
+        routers += [b.SingleAgentRouter(a) for a in agents]
+    if "random" in names:
+        routers.append(b.RandomRouter(agents, seed=engine.config.run.seed))
+    learned = [n for n in names if n in ("classifier", "knn")]
+    if learned:
+        train_items = engine.task.items("train", 0, engine.config.router.label_items)
+        labels = b.labels_from_agents(engine.pool, train_items, engine.task)
+        embed = b.minilm_embedder()
+        if "classifier" in learned:
+            routers.append(b.EmbeddingClassifierRouter(embed, labels, seed=engine.config.run.seed))
+        if "knn" in learned:
+            routers.append(b.NearestNeighbourRouter(embed, labels))
+    return routers
+
+
+def router_report(results: Sequence[RouterEval], engine) -> str:
+    """The results table, then the controller's turn budget, accuracy by max turns and confusion matrices."""
+    agents = tuple(engine.pool)
+    rho = engine.system.multipliers.rho
+    caps = ", ".join(f"{a} {rho[a]:.2f}" for a in agents)
+    return "\n".join([
+        f"Results on {results[0].items} held-out items, usage caps: {caps}",
+        results_table(results, agents),
+        "",
+        detail_text(results[0], agents),
+    ])
+
+
+def write_router_results(run_dir: Path, results: Sequence[RouterEval], engine) -> str:
+    """results.md and results.json in the run directory; returns the report text."""
+    text = router_report(results, engine)
+    (run_dir / "results.md").write_text(text + "\n")
+    (run_dir / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return text
