@@ -15,6 +15,7 @@ from masrl.config import Config, load_config
 
 # Small enough that a training step takes well under a second on one CPU core;
 # pins every setting the tests' expected values depend on.
+SINGLE = "single-arithmetic"  # a shipped config, by name
 TINY = (
     "model.name=tiny",
     "algo.advantage=grpo",
@@ -56,7 +57,8 @@ def run_dir(tmp_path):
 
 @pytest.fixture
 def tiny_overrides(run_dir) -> list[str]:
-    return [*TINY, f"run.dir={run_dir}"]
+    # The single-agent config: these engine tests pin its shapes (the router has its own tests).
+    return [SINGLE, *TINY, f"run.dir={run_dir}"]
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def tiny_config(tiny_overrides):
     """`tiny_config("trainer.steps=2", ...)`: the tiny config with more overrides."""
 
     def make(*extra: str) -> Config:
-        return load_config(None, [*tiny_overrides, *extra])
+        return load_config(tiny_overrides[0], [*tiny_overrides[1:], *extra])
 
     return make
 

@@ -54,11 +54,11 @@ def _final_adapter(run: Path) -> dict:
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     clean = tmp_path / "clean"
-    subprocess.run(_cli("train", f"run.dir={clean}", *ARGS), check=True, env=env, capture_output=True, timeout=300)
+    subprocess.run(_cli("train", "single-arithmetic", f"run.dir={clean}", *ARGS), check=True, env=env, capture_output=True, timeout=300)
 
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
-        _cli("train", f"run.dir={killed}", *ARGS), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        _cli("train", "single-arithmetic", f"run.dir={killed}", *ARGS), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.time() + 120
     while not (killed / "checkpoints" / "latest").exists():

@@ -57,7 +57,7 @@ def test_score_gives_hand_computed_grpo_advantages_and_drops_zeros():
     # Episode 0: returns 1 0 0 1 (the failed call is no sample); mean 1/2,
     # unbiased std sqrt((4 * 1/4) / 3) = sqrt(1/3). Episode 1: all equal -> 0.
     a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
-    config = load_config(None, ["model.name=tiny", *GRPO])
+    config = load_config("single-arithmetic", ["model.name=tiny", *GRPO])
 
     scored = score(episodes, config)
     assert list(scored.samples) == ["p"]
@@ -70,7 +70,7 @@ def test_score_gives_hand_computed_grpo_advantages_and_drops_zeros():
     assert scored.metrics["return_mean"] == pytest.approx(6 / 8)
     assert scored.metrics["adv_abs_mean"] == pytest.approx(4 * a / 8)
 
-    kept = score(episodes, load_config(None, ["model.name=tiny", *GRPO, "algo.skip_zero_advantage=false"]))
+    kept = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.skip_zero_advantage=false"]))
     assert [s.advantage for s in kept.samples["p"]] == pytest.approx([a, -a, -a, a, 0, 0, 0, 0])
 
 
@@ -82,7 +82,7 @@ def test_score_groups_by_role_and_turn_and_batches_by_policy():
         (call("0", 1.0, "coder", "coder", done=False), call("1", 0.0, "coder", "coder", done=False),
          call("0.0", 2.0, "tester", "tester"), call("1.0", 5.0, "tester", "tester")),
     )  # fmt: skip
-    config = load_config(None, ["model.name=tiny", *GRPO, "algo.advantage=grpo_mean"])
+    config = load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.advantage=grpo_mean"])
     scored = score([ep], config)
     assert sorted(scored.samples) == ["coder", "tester"]
     assert [s.advantage for s in scored.samples["coder"]] == pytest.approx([-1.0, 1.0])  # 3, 5 around 4
@@ -91,7 +91,7 @@ def test_score_groups_by_role_and_turn_and_batches_by_policy():
 
 def test_score_with_nothing_trainable_is_empty():
     ep = Episode(task(0), (call("0", 1.0, error="boom"),))
-    scored = score([ep], load_config(None, ["model.name=tiny", *GRPO]))
+    scored = score([ep], load_config("single-arithmetic", ["model.name=tiny", *GRPO]))
     assert (scored.samples, scored.advantages, scored.metrics) == ({}, {}, {})
 
 

