@@ -262,8 +262,11 @@ def minilm_embedder(batch_size: int = 64) -> Embedder:
 # ---- labels ------------------------------------------------------------------------
 
 
-def labels_from_agents(agents: Mapping[str, Agent], items: Sequence[TaskItem], task: Task) -> Labels:
-    """Ask every agent every item's bare question once and grade the replies with `task`.
+def labels_from_agents(
+    agents: Mapping[str, Agent], items: Sequence[TaskItem], task: Task, prompt: str | None = None
+) -> Labels:
+    """Ask every agent every item's question once (after the system `prompt`, if given:
+    use the one the agents answer under at evaluation) and grade the replies with `task`.
 
     `agents` must be ordered weak to strong (as `simulated_pool` is). One
     agent's calls run concurrently; agents run one after another. An agent with
@@ -278,7 +281,8 @@ def labels_from_agents(agents: Mapping[str, Agent], items: Sequence[TaskItem], t
         raise ValueError("labels_from_agents needs at least one item")
 
     async def solve_all(agent: Agent) -> list[bool]:
-        replies = await asyncio.gather(*(agent((Message("user", item.question),)) for item in items))
+        head = (Message("system", prompt),) if prompt else ()
+        replies = await asyncio.gather(*(agent((*head, Message("user", item.question.strip()))) for item in items))
         return [grade(task, item, reply.text).correct for item, reply in zip(items, replies)]
 
     columns = []

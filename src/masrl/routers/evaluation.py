@@ -275,22 +275,12 @@ def solver_profile(pool: Mapping[str, Agent], task: Task, items: Sequence[TaskIt
 
     For a simulated or recorded pool this is the same draw the evaluation sees
     (attempt 0 after a reset); for live endpoints it costs one call per agent and item."""
+    from masrl.routers.baselines import labels_from_agents
     from masrl.systems.router import AGENT_PROMPT
 
-    system_prompt = Message("system", prompt or AGENT_PROMPT)
-
-    async def run():
-        out = {}
-        for name, agent in pool.items():
-            reset_pool(pool)
-            out[name] = await asyncio.gather(
-                *(_grade(agent, (system_prompt, Message("user", it.question.strip())), task, it) for it in items)
-            )
-        return out
-
-    graded = asyncio.run(run())
     reset_pool(pool)
-    return {it.id: [graded[name][i][0] for name in pool] for i, it in enumerate(items)}
+    labels = labels_from_agents(pool, items, task, prompt or AGENT_PROMPT)
+    return {item.id: list(solved) for item, solved in zip(labels.items, labels.solved)}
 
 
 # ---------------------------------------------------------------- tables

@@ -15,7 +15,7 @@ from masrl.routers.evaluation import (
     results_table,
     solver_profile,
 )
-from masrl.systems.router import CONTROLLER
+from masrl.systems.router import AGENT_PROMPT, CONTROLLER
 from masrl.types import TaskItem
 
 
@@ -42,7 +42,7 @@ def baseline_routers(engine, names: Sequence[str]) -> list:
     learned = [n for n in names if n in ("classifier", "knn")]
     if learned:
         train_items = engine.task.items("train", 0, engine.config.router.label_items)
-        labels = b.labels_from_agents(engine.pool, train_items, engine.task)
+        labels = b.labels_from_agents(engine.pool, train_items, engine.task, AGENT_PROMPT)
         embed = b.minilm_embedder()
         if "classifier" in learned:
             routers.append(b.EmbeddingClassifierRouter(embed, labels, seed=engine.config.run.seed))
