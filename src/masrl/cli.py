@@ -18,7 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="masrl", description="Train multi-agent LLM systems with RL.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train with a config (default: the packaged single-agent GRPO demo)")
+    t = sub.add_parser("train", help="train with a config (default: the packaged critique-and-routing controller demo)")
     t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")

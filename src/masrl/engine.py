@@ -2,6 +2,9 @@
 
 `build_engine(config)` is the only place that turns config strings into
 objects; the training loop and evaluation receive the assembled `Engine`.
+The system kind's builder (`masrl.systems.SYSTEMS`) says which agents are
+trainable and which policy each samples from; every policy becomes a LoRA
+adapter on the one base model and a `PolicyLearner`.
 """
 
 from __future__ import annotations
@@ -14,27 +17,17 @@ import torch
 
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
-from masrl.config import Config, ConfigError
+from masrl.config import Config
+from masrl.learners import Learner, PolicyLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import BRANCH_RULES, BranchRule, System
-from masrl.pools.build import build_pool
-from masrl.systems.router import (
-    CONTROLLER,
-    Multipliers,
-    RewardWeights,
-    RouterSystem,
-    default_caps,
-    default_multipliers,
-)
-from masrl.systems.single import SingleAgentSystem
+from masrl.systems import SYSTEMS
 from masrl.tasks import build_task
-from masrl.tasks.math import MixedMathTask
 from masrl.tasks.base import Task
-
-STOP = ("</answer>",)
-ROUTER_STOP = ("</model>",)  # a controller's reply ends with its routing tag (a True verdict ends at EOS)
+from masrl.tasks.math import MixedMathTask
+from masrl.update import UpdateSettings
 
 
 @dataclass
@@ -47,8 +40,13 @@ class Engine:
     rule: BranchRule
     agents: Mapping[str, Agent]  # sampling agents (training)
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
-    optimizers: dict[str, torch.optim.Optimizer]
-    pool: Mapping[str, Agent]  # frozen agents a router coordinates, weak to strong (empty otherwise)
+    learners: dict[str, Learner]  # policy name -> what updates it
+    frozen: Mapping[str, Agent]  # agents that are not trained (a router's pool, weak to strong; experts; tools)
+
+    @property
+    def pool(self) -> Mapping[str, Agent]:
+        """The frozen agents a router coordinates, weak to strong."""
+        return self.frozen
 
 
 def build_task_from(config: Config) -> Task:
@@ -64,27 +62,18 @@ def build_task_from(config: Config) -> Task:
     return build_task("math", dataset=t.dataset, seed=t.seed, difficulty=t.difficulty, config=dict(t.config))
 
 
-def build_system(config: Config, task: Task, pool: Mapping[str, Agent]) -> tuple[System, list[str]]:
-    """The system and the names of the trainable policies it uses."""
-    s = config.system
-    if s.kind == "single":
-        return SingleAgentSystem(task, s.prompt, dict(config.reward.weights)), ["solver"]
-    if s.kind == "router":
-        names = tuple(pool)
-        r = config.router
-        for field, given in (("rho", r.rho), ("xi", r.xi)):
-            unknown = set(given) - set(names)
-            if unknown:
-                raise ConfigError(f"router.{field} names agents not in the pool: {sorted(unknown)}; pool: {list(names)}")
-        multipliers = Multipliers(
-            xi={**default_multipliers(names), **r.xi},
-            rho={**default_caps(names), **r.rho},
-            auto=r.dual_ascent,
-            lr=r.dual_lr,
-        )
-        weights = RewardWeights(r.routing_weight, r.verification_weight)
-        return RouterSystem(task, names, multipliers, s.max_turns, weights, s.prefill), [CONTROLLER]
-    raise ValueError(f"unknown system {s.kind!r}")
+def update_settings(config: Config) -> UpdateSettings:
+    a, t = config.algo, config.trainer
+    return UpdateSettings(
+        micro_batch=t.micro_batch,
+        epochs=a.epochs,
+        kl_coef=a.kl_coef,
+        aggregation=a.aggregation,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        max_grad_norm=t.max_grad_norm,
+        temperature=config.rollout.temperature,
+    )
 
 
 def build_engine(config: Config, model: Any = None) -> Engine:
@@ -94,22 +83,30 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         keep_heap_small()
     torch.manual_seed(config.run.seed)
     task = build_task_from(config)
-    pool = build_pool(config, task) if config.system.kind == "router" else {}
-    system, policies = build_system(config, task, pool)
+    built = SYSTEMS[config.system.kind](config, task)
+    policies = built.policy_names
     loaded = model or load_model(config.model.name, seed=config.run.seed)
     m = config.model
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
     policy_model = PolicyModel(loaded, policies, lora, keep_reference=config.algo.kl_coef > 0)
     service = GenerationService(policy_model.generate, max_batch=config.rollout.max_batch)
     r = config.rollout
-    stop = ROUTER_STOP if config.system.kind == "router" else STOP
-    train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, stop)
-    eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, stop)
-    agents = {**pool, **{p: PolicyAgent(p, p, service, policy_model, train_params) for p in policies}}
-    eval_agents = {**pool, **{p: PolicyAgent(p, p, service, policy_model, eval_params) for p in policies}}
-    optimizers = {
-        p: torch.optim.AdamW(policy_model.parameters(p), lr=config.trainer.lr, weight_decay=config.trainer.weight_decay)
-        for p in policies
+    train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
+    eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, built.stop)
+
+    def trainable(params: SamplingParams) -> dict[str, Agent]:
+        return {name: PolicyAgent(name, p, service, policy_model, params) for name, p in built.policies.items()}
+
+    settings = update_settings(config)
+    t = config.trainer
+    learners: dict[str, Learner] = {
+        p: PolicyLearner(policy_model, p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in policies
     }
     rule = BRANCH_RULES[config.sampler.rule](config.sampler.group_size)
-    return Engine(config, policy_model, service, task, system, rule, agents, eval_agents, optimizers, pool)
+    return Engine(
+        config, policy_model, service, task, built.system, rule,
+        agents={**built.frozen, **trainable(train_params)},
+        eval_agents={**built.frozen, **trainable(eval_params)},
+        learners=learners,
+        frozen=built.frozen,
+    )  # fmt: skip

@@ -6,8 +6,8 @@ One step:
 2. score   - credit turns the tree's rewards into a return per call;
 3. advantage - calls are grouped (which calls compare) and the advantage
              estimator normalises returns within each group;
-4. update  - every trainable call becomes a sample of its policy's batch; one
-             optimiser step per policy;
+4. update  - every trainable call becomes a sample of its policy's batch; that
+             policy's learner (masrl.learners) takes one optimiser step;
 5. log     - metrics.jsonl, TensorBoard, a few episodes in samples.jsonl;
 6. checkpoint - adapters, optimisers, RNG states and the data position,
              written atomically every N steps.
@@ -46,7 +46,6 @@ from masrl.engine import Engine, build_engine
 from masrl.evaluate import evaluate
 from masrl.rollout.tree import rollout
 from masrl.types import Episode, Sample
-from masrl.update import UpdateSettings, update_policy
 
 
 class TrainingError(RuntimeError):
@@ -144,7 +143,6 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     if start >= config.trainer.steps and _logged(run_dir / "metrics.jsonl", start, "eval"):
         return run_dir  # a finished run: resuming it changes nothing
     engine = build_engine(config, model=model)
-    settings = _update_settings(config)
     logger = RunLogger(run_dir, purge_after=start)
     if start > 0:
         _restore(engine, latest_checkpoint(run_dir))
@@ -168,7 +166,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
             metrics.update(observe(episodes))
         t1 = time.perf_counter()
         for policy, samples in scored.samples.items():  # 4. update
-            upd = update_policy(engine.model, policy, samples, engine.optimizers[policy], settings)
+            upd = engine.learners[policy].update(samples)
             metrics.update({f"{policy}/{k}": v for k, v in upd.items()})
         t_update = time.perf_counter() - t1
         gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
@@ -203,20 +201,6 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def _update_settings(config: Config) -> UpdateSettings:
-    a, t = config.algo, config.trainer
-    return UpdateSettings(
-        micro_batch=t.micro_batch,
-        epochs=a.epochs,
-        kl_coef=a.kl_coef,
-        aggregation=a.aggregation,
-        clip_low=a.clip_low,
-        clip_high=a.clip_high,
-        max_grad_norm=t.max_grad_norm,
-        temperature=config.rollout.temperature,
-    )
-
-
 def _prepare_run_dir(run_dir: Path, config: Config, resuming: bool) -> int:
     """The step to continue from (0 for a new run)."""
     if resuming:
@@ -233,9 +217,8 @@ def _prepare_run_dir(run_dir: Path, config: Config, resuming: bool) -> int:
 
 def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
     files = {}
-    for p in engine.model.policies:
-        files[f"policy/{p}.safetensors"] = lambda path, p=p: engine.model.save(p, path)
-        files[f"optimizer/{p}.pt"] = lambda path, p=p: torch.save(engine.optimizers[p].state_dict(), path)
+    for learner in engine.learners.values():
+        files.update(learner.checkpoint_files())
     files["rng.pt"] = lambda path: torch.save(capture_rng(), path)
     meta = {"data_position": step * engine.config.trainer.batch_size}
     if hasattr(engine.system, "state_dict"):  # e.g. the router's Lagrange multipliers
@@ -243,15 +226,11 @@ def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
     save_checkpoint(run_dir, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
 
 
-def _restore(engine: Engine, ckpt: Path) -> None:
-    for p in engine.model.policies:
-        engine.model.load(p, ckpt / "policy" / f"{p}.safetensors")
-        engine.optimizers[p].load_state_dict(torch.load(ckpt / "optimizer" / f"{p}.pt", weights_only=False))
-    restore_rng(torch.load(ckpt / "rng.pt", weights_only=False))
-    _restore_system(engine, ckpt)
-
-
-def _restore_system(engine: Engine, ckpt: Path) -> None:
+def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
+    for learner in engine.learners.values():
+        learner.load(ckpt, weights_only=weights_only)
+    if not weights_only:
+        restore_rng(torch.load(ckpt / "rng.pt", weights_only=False))
     state = read_meta(ckpt).get("system")
     if state is not None and hasattr(engine.system, "load_state_dict"):
         engine.system.load_state_dict(state)
@@ -264,9 +243,7 @@ def load_trained(run_dir: Path, model=None) -> Engine:
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
-    for p in engine.model.policies:
-        engine.model.load(p, ckpt / "policy" / f"{p}.safetensors")
-    _restore_system(engine, ckpt)
+    _restore(engine, ckpt, weights_only=True)
     return engine
 
 

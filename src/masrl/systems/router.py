@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from masrl.rollout.tree import Step, Transition
+from masrl.systems.base import Built
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Reply, TaskItem
 
@@ -342,7 +343,28 @@ def tree_accuracy(episodes: Sequence[Episode]) -> float:
     return total / len(episodes)
 
 
-def leaf_weights(episode: Episode) -> dict[str, float]:
-    """1 / (number of leaves of the tree) for every call: the gradient scale of appendix E.2."""
-    n = max(1, len(episode.leaves()))
-    return {c.id: 1.0 / n for c in episode.calls}
+# ---------------------------------------------------------------- from config
+def build_router(config, task: Task) -> Built:
+    """The controller over the configured pool (weak to strong), caps and multipliers.
+
+    The controller's reply ends with its routing tag; a True verdict ends at EOS."""
+    from masrl.config import ConfigError
+    from masrl.pools.build import build_pool
+
+    pool = build_pool(config, task)
+    names = tuple(pool)
+    r = config.router
+    for key, given in (("rho", r.rho), ("xi", r.xi)):
+        unknown = set(given) - set(names)
+        if unknown:
+            raise ConfigError(f"router.{key} names agents not in the pool: {sorted(unknown)}; pool: {list(names)}")
+    multipliers = Multipliers(
+        xi={**default_multipliers(names), **r.xi},
+        rho={**default_caps(names), **r.rho},
+        auto=r.dual_ascent,
+        lr=r.dual_lr,
+    )
+    weights = RewardWeights(r.routing_weight, r.verification_weight)
+    system = RouterSystem(task, names, multipliers, config.system.max_turns, weights, config.system.prefill)
+    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</model>",))
+

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from masrl.rollout.tree import Step, Transition
+from masrl.systems.base import Built
 from masrl.tasks.base import Task
 from masrl.tasks.rewards import reward_terms
 from masrl.types import Message, Reply, TaskItem
@@ -40,3 +41,9 @@ class SingleAgentSystem:
         reward = sum(self.weights.get(k, 0.0) * v for k, v in terms.items())
         answer = self.task_family.extract_answer(reply.text)
         return Transition(state=state, action=answer, rewards=terms, reward=reward, done=True)
+
+
+def build_single(config, task: Task) -> Built:
+    """One solver policy answering `task` under the configured prompt."""
+    system = SingleAgentSystem(task, config.system.prompt, dict(config.reward.weights))
+    return Built(system, {system.agent: system.agent}, stop=("</answer>",))
