@@ -6,9 +6,10 @@ import asyncio
 import random
 
 import pytest
+import torch
 
 from masrl.agents.python_fn import FunctionAgent
-from masrl.algos.advantages import grpo_mean
+from masrl.algos.advantages import group_ids_from_keys, grpo_mean
 from masrl.algos.credit import group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
 from masrl.routers.baselines import SingleAgentRouter
@@ -168,8 +169,8 @@ def test_q_v_and_advantages_on_a_hand_built_tree():
     assert q["1"] == 0.0  # early-terminating branch
     calls = [c for c in ep.calls if c.role == "controller"]
     adv = grpo_mean(
-        __import__("torch").tensor([q[c.id] for c in calls], dtype=__import__("torch").float64),
-        __import__("torch").tensor([hash(group_by_siblings(0, c)) % 1000 for c in calls]),
+        torch.tensor([q[c.id] for c in calls], dtype=torch.float64),
+        group_ids_from_keys(group_by_siblings([(0, c) for c in calls])),
     ).tolist()
     got = dict(zip((c.id for c in calls), adv))
     assert got["0"] == pytest.approx(0.25) and got["1"] == pytest.approx(-0.25)  # Q - mean of siblings, no std

@@ -67,7 +67,7 @@ def score(episodes: Sequence[Episode], config: Config) -> Scored:
     calls = trainable_calls(episodes)
     if not calls:
         return Scored({}, {}, {})
-    keys = [GROUPINGS[algo.grouping](i, c) for i, c in calls]
+    keys = GROUPINGS[algo.grouping](calls)
     ret = torch.tensor([returns[i][c.id] for i, c in calls], dtype=torch.float64)  # [N]
     adv = ADVANTAGES[algo.advantage](ret, group_ids_from_keys(keys))  # [N]
     weights = [sample_weight(episodes[i], algo.sample_weight) for i, _ in calls]
@@ -75,7 +75,8 @@ def score(episodes: Sequence[Episode], config: Config) -> Scored:
     for (i, c), a, w in zip(calls, adv.tolist(), weights):
         if algo.skip_zero_advantage and a == 0.0:
             continue
-        samples[c.reply.policy].append(Sample(c.reply.policy, c.reply.prompt_ids, c.reply.response_ids, a, w))
+        r = c.reply
+        samples[r.policy].append(Sample(r.policy, r.prompt_ids or (), r.response_ids or (), a, w, r.payload))
     advantages = {(i, c.id): a for (i, c), a in zip(calls, adv.tolist())}
     return Scored(dict(samples), advantages, {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())})
 

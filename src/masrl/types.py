@@ -47,10 +47,13 @@ class Reply:
     prompt_ids: tuple[int, ...] | None = None
     response_ids: tuple[int, ...] | None = None
     policy: str | None = None
+    # A trainable policy that is not a token sampler (e.g. a scoring head over
+    # agents) keeps here what its learner needs to recompute the choice's log-prob.
+    payload: Any = None
 
     @property
     def trainable(self) -> bool:
-        return self.policy is not None and self.response_ids is not None
+        return self.policy is not None and (self.response_ids is not None or self.payload is not None)
 
 
 class AgentError(RuntimeError):
@@ -147,3 +150,4 @@ class Sample:
     response_ids: tuple[int, ...]
     advantage: float
     weight: float = 1.0  # per-sample loss scale (e.g. 1/leaves in the router's tree)
+    payload: Any = None  # Reply.payload of a non-token policy

@@ -34,15 +34,19 @@ def tree_q(episode: Episode, gamma: float = 1.0) -> dict[str, float]:
     return q
 
 
-def group_by_task(index: int, call: Call) -> Hashable:
-    return (index, call.role, call.turn)
+def group_by_task(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """Same task (episode index), role and turn: GRPO over G parallel episodes."""
+    return [(i, c.role, c.turn) for i, c in calls]
 
 
-def group_by_siblings(index: int, call: Call) -> Hashable:
-    return (index, call.parent)
+def group_by_siblings(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """The candidates drawn at the same tree node."""
+    return [(i, c.parent) for i, c in calls]
 
 
 CREDITS = {"tree_q": tree_q}
+# One signature: the batch's trainable calls as (episode index, call) -> one group key per call.
+# Batch-level, so a grouping may also regroup across episodes.
 GROUPINGS = {"task": group_by_task, "siblings": group_by_siblings}
 
 
