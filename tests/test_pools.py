@@ -163,6 +163,16 @@ def test_fix_request_mentions_previous_draft_but_keeps_own_draw(pool, items):
     assert math_equal(item.answer, extract_math_answer(reply.text)) == strong.is_correct(item, 0)
 
 
+def test_answer_format_in_the_system_prompt_is_not_a_previous_draft(pool, items):
+    """The agents' instructions show the format "<answer>ANSWER</answer>"; a first call has no draft."""
+    from masrl.systems.router import AGENT_PROMPT
+
+    item = items[3]
+    reply = pool["sim-weak"].reply_for(item, (Message("system", AGENT_PROMPT), Message("user", item.question)), 0)
+    assert "<answer>ANSWER</answer>" in AGENT_PROMPT
+    assert "previous draft" not in reply.text.lower()
+
+
 # ---- CHAMP grading rule (pure) -----------------------------------------------------------
 
 

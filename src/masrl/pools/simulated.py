@@ -363,8 +363,13 @@ def _draft_text(item: TaskItem, answer: str, steps: list[str] | None, previous: 
 
 
 def _previous_answer(messages: Sequence[Message]) -> str | None:
-    """The last <answer> in the conversation: a draft this agent is asked to improve on."""
+    """The last <answer> in the conversation: a draft this agent is asked to improve on.
+
+    System messages are instructions (they show the answer format, e.g.
+    "<answer>ANSWER</answer>"), never drafts."""
     for m in reversed(messages):
+        if m.role == "system":
+            continue
         found = re.findall(r"<answer>(.*?)</answer>", m.content, re.DOTALL)
         if found and found[-1].strip():
             return found[-1].strip()
