@@ -45,20 +45,18 @@ from masrl.types import Episode, Message, Reply, TaskItem
 
 CONTROLLER = "controller"
 
+# Short on purpose: on a CPU every prompt token costs about as much as a generated one
+# (prefill dominates), and the controller reads these at every decision of the tree.
 ROUTE_PROMPT = (
-    "You are the router of a team of math solvers. The solvers, from weakest and cheapest to strongest and most "
-    "expensive, are: {agents}. Read the problem, judge how hard it is, and pick the weakest solver that will "
-    "solve it; the strong solvers are scarce. Reply with exactly one of: {tags}."
+    "Route the math problem to one solver: {tags}. They are listed weakest and cheapest first; the strong "
+    "ones are scarce, so pick the weakest that will solve it."
 )
 VERIFY_PROMPT = (
-    "You check solutions and route problems. The solvers, from weakest to strongest, are: {agents}. Check the "
-    "proposed solution from {author} step by step. If it is fully correct, reply <verdict>True</verdict>. If any "
-    "step is wrong, reply <verdict>False</verdict>: the next stronger solver redoes it. To pick the solver "
-    "yourself, reply one of: {tags}."
+    "Check the solution from {author}. If it is correct, reply <verdict>True</verdict>. If not, reply "
+    "<verdict>False</verdict> and a stronger solver redoes it; you may name it: {tags}."
 )
 LAST_VERIFY_PROMPT = (
-    "You check solutions. Check the proposed solution from {author} step by step. Reply <verdict>True</verdict> "
-    "if it is fully correct and <verdict>False</verdict> otherwise."
+    "Check the solution from {author}. Reply <verdict>True</verdict> if it is correct, else <verdict>False</verdict>."
 )
 AGENT_PROMPT = "Solve the math problem. Show your steps briefly and end with the final answer as <answer>ANSWER</answer>."
 ESCALATION = (
@@ -229,17 +227,16 @@ class RouterSystem:
         return Step(self.policy, CONTROLLER, state.turn, self.controller_messages(state))
 
     def controller_messages(self, state: RouterState) -> tuple[Message, ...]:
-        listing = ", ".join(self.agents)
         q = state.task.question.strip()
         if state.turn == 1:
             tags = ", ".join(f"<model>{a}</model>" for a in self.agents)
-            system, user, tag = ROUTE_PROMPT.format(agents=listing, tags=tags), f"Problem: {q}", "<model>"
+            system, user, tag = ROUTE_PROMPT.format(tags=tags), f"Problem: {q}", "<model>"
         else:
             last = state.turn >= self.max_turns or state.author == self.agents[-1]
             template = LAST_VERIFY_PROMPT if last else VERIFY_PROMPT
             stronger = self.agents[self.agents.index(state.author) + 1 :] if state.author in self.agents else ()
-            tags = ", ".join(f"<verdict>False</verdict><model>{a}</model>" for a in stronger)
-            system = template.format(agents=listing, author=state.author, tags=tags)
+            tags = ", ".join(f"<model>{a}</model>" for a in stronger)
+            system = template.format(author=state.author, tags=tags)
             user = f"Problem: {q}\n\nProposed solution from {state.author}:\n{state.draft}"
             tag = "<verdict>"
         messages = (Message("system", system), Message("user", user))
