@@ -55,7 +55,7 @@ def update_policy(
         normalizer = float(sum(len(s.response_ids) for s in samples))
     else:
         normalizer = float(len(samples))
-    old = [_logprobs(model, policy, mb, settings, grad=False) for mb in batches] if settings.epochs > 1 else None
+    old = [_logprobs(model, policy, mb, settings, grad=False)[0] for mb in batches] if settings.epochs > 1 else None
 
     sums: dict[str, float] = defaultdict(float)
     model.model.train()
@@ -66,7 +66,7 @@ def update_policy(
                 logp, mask = _logprobs(model, policy, mb, settings, grad=True)  # [B, R]
                 old_logp = old[i] if old is not None else logp.detach()
                 ref = _logprobs(model, None, mb, settings, grad=False)[0] if settings.kl_coef > 0 else None
-                adv = torch.tensor([s.advantage for s in mb], dtype=logp.dtype)  # [B]
+                adv = advantage_tensor(mb, logp.shape[1], logp.dtype)  # [B] or [B, R]
                 weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype)  # [B]
                 loss, metrics = total_loss(
                     logp, old_logp, ref, adv, mask, settings.kl_coef, settings.aggregation, normalizer,
@@ -87,6 +87,21 @@ def update_policy(
     out["response_tokens"] = normalizer if settings.aggregation == "token_mean" else float(
         sum(len(s.response_ids) for s in samples)
     )
+    return out
+
+
+def advantage_tensor(mb: Sequence[Sample], width: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B] when every sample has one advantage; [B, width] (zero-padded) when any has one per token."""
+    if all(isinstance(s.advantage, (int, float)) for s in mb):
+        return torch.tensor([float(s.advantage) for s in mb], dtype=dtype)
+    out = torch.zeros(len(mb), width, dtype=dtype)
+    for i, s in enumerate(mb):
+        if isinstance(s.advantage, (int, float)):
+            out[i] = float(s.advantage)
+        else:
+            if len(s.advantage) != len(s.response_ids):
+                raise ValueError(f"sample has {len(s.advantage)} advantages for {len(s.response_ids)} response tokens")
+            out[i, : len(s.advantage)] = torch.tensor(s.advantage, dtype=dtype)
     return out
 
 
