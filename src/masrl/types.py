@@ -143,11 +143,19 @@ class Episode:
 
 @dataclass(frozen=True)
 class Sample:
-    """One trainable call flattened for the update: token ids and its advantage."""
+    """One trainable call flattened for the update: token ids and its advantage.
+
+    `advantage` is one number for the whole response, or one per response
+    token (GAE). A value learner's samples carry instead, per response token,
+    the value target `returns` and the `values` it predicted when the batch
+    was scored (for PPO's value clipping).
+    """
 
     policy: str
     prompt_ids: tuple[int, ...]
     response_ids: tuple[int, ...]
-    advantage: float
+    advantage: float | tuple[float, ...]
     weight: float = 1.0  # per-sample loss scale (e.g. 1/leaves in the router's tree)
     payload: Any = None  # Reply.payload of a non-token policy
+    returns: tuple[float, ...] = ()  # value learners: target per response token
+    values: tuple[float, ...] = ()  # value learners: prediction per response token at scoring time

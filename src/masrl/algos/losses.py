@@ -167,3 +167,47 @@ def total_loss(
     loss = agg(per_token, mask, weights, normalizer)
     metrics["loss"] = loss.item()
     return loss, metrics
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float | None,
+    normalizer: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped value loss per token, summed over masked tokens / normalizer.
+
+    values, old_values, returns, mask [B, T]. With clip c the prediction may move
+    at most c from the value it had when the batch was sampled (PPO2's value
+    clipping, as verl's `compute_value_loss`):
+
+        v_clip = old + clamp(v - old, -c, c)
+        loss_t = 0.5 * max((v - R)^2, (v_clip - R)^2)
+
+    clip None is the plain 0.5 * (v - R)^2. Without a normalizer, this
+    micro-batch's token count (so micro-batch sums equal the full batch).
+    """
+    m = mask.to(values.dtype)
+    err = (values - returns.detach()) ** 2  # [B, T]
+    if clip is not None:
+        old = old_values.detach()
+        clipped = old + torch.clamp(values - old, -clip, clip)
+        err_clipped = (clipped - returns.detach()) ** 2
+        per_token = 0.5 * torch.maximum(err, err_clipped)
+        clip_frac = masked_mean((err_clipped > err).to(values.dtype), mask).item()
+    else:
+        per_token = 0.5 * err
+        clip_frac = 0.0
+    if normalizer is None:
+        normalizer = float(mask.sum().clamp(min=1))
+    loss = (per_token * m).sum() / normalizer
+    with torch.no_grad():
+        metrics = {
+            "value_loss": loss.item(),
+            "value_clip_frac": clip_frac,
+            "value_mean": masked_mean(values.detach(), mask).item(),
+            "return_mean": masked_mean(returns.detach(), mask).item(),
+        }
+    return loss, metrics
