@@ -124,18 +124,39 @@ class RewardConfig(Section):
 
 
 class AlgoConfig(Section):
-    advantage: Literal["grpo", "grpo_mean", "rloo", "reinforce_baseline", "reinforce"] = "grpo"
+    advantage: Literal["grpo", "grpo_mean", "rloo", "reinforce_baseline", "reinforce", "gae"] = Field(
+        "grpo",
+        description="group-normalised returns (grpo, grpo_mean, rloo, reinforce_baseline, reinforce), or gae: "
+        "per-token GAE from a learned value model (PPO; the critic section)",
+    )
     credit: Literal["tree_q"] = "tree_q"
     grouping: Literal["task", "siblings"] = "task"
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: float = Field(0.2, ge=0.0)
     kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the reference; 0 skips the reference pass")
-    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount: per turn in tree_q credit, per token in gae")
+    lam: float = Field(1.0, ge=0.0, le=1.0, description="gae: GAE lambda (1 = Monte-Carlo return minus V)")
     epochs: int = Field(1, ge=1, description="update epochs over each batch (1 = on-policy)")
     skip_zero_advantage: bool = Field(True, description="leave samples with advantage 0 out of the update")
     sample_weight: Literal["none", "inverse_leaves"] = Field(
         "none", description="inverse_leaves: scale each tree's samples by 1/(its leaves), appendix E.2 of the router paper"
+    )
+
+
+class CriticConfig(Section):
+    """The value model of algo.advantage=gae: a value head on its own LoRA adapter of the policy's base model."""
+
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the value adapter and head")
+    weight_decay: float = Field(0.0, ge=0.0)
+    value_clip: float | None = Field(
+        0.2, gt=0.0, description="PPO value clipping: a value moves at most this far from its scoring-time "
+        "prediction per update; null turns clipping off"
+    )
+    micro_batch: int = Field(8, ge=1, description="sequences per value forward/backward (scoring and update)")
+    epochs: int = Field(1, ge=1, description="value-loss steps per batch")
+    whiten_advantages: bool = Field(
+        True, description="normalise GAE advantages over the batch's tokens to mean 0, std 1 (as verl does)"
     )
 
 
@@ -173,6 +194,7 @@ class Config(Section):
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
     algo: AlgoConfig = AlgoConfig()
+    critic: CriticConfig = CriticConfig()
     trainer: TrainerConfig = TrainerConfig()
     eval: EvalConfig = EvalConfig()
 
@@ -190,6 +212,8 @@ class Config(Section):
         unknown_baselines = set(self.router.baselines) - {"single", "random", "classifier", "knn"}
         if unknown_baselines:
             raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
+        if self.algo.advantage == "gae" and self.model.lora_rank == 0:
+            raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
         unknown = set(self.reward.weights) - {"correct", "format"}
         if unknown:
             raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")

@@ -4,7 +4,8 @@
 objects; the training loop and evaluation receive the assembled `Engine`.
 The system kind's builder (`masrl.systems.SYSTEMS`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
-adapter on the one base model and a `PolicyLearner`.
+adapter on the one base model and a `PolicyLearner`. With `algo.advantage:
+gae` one more adapter, `critic`, carries the `ValueLearner`'s value head.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import torch
 
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
-from masrl.config import Config
-from masrl.learners import Learner, PolicyLearner
+from masrl.config import Config, ConfigError
+from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
@@ -42,6 +43,7 @@ class Engine:
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it
     frozen: Mapping[str, Agent]  # agents that are not trained (a router's pool, weak to strong; experts; tools)
+    critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
 
     @property
     def pool(self) -> Mapping[str, Agent]:
@@ -85,10 +87,14 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     task = build_task_from(config)
     built = SYSTEMS[config.system.kind](config, task)
     policies = built.policy_names
+    gae = config.algo.advantage == "gae"
+    if gae and CRITIC in policies:
+        raise ConfigError(f"policy name {CRITIC!r} is taken by the value model of algo.advantage=gae")
     loaded = model or load_model(config.model.name, seed=config.run.seed)
     m = config.model
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
-    policy_model = PolicyModel(loaded, policies, lora, keep_reference=config.algo.kl_coef > 0)
+    adapters = [*policies, CRITIC] if gae else policies
+    policy_model = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0)
     service = GenerationService(policy_model.generate, max_batch=config.rollout.max_batch)
     r = config.rollout
     train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
@@ -102,6 +108,14 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     learners: dict[str, Learner] = {
         p: PolicyLearner(policy_model, p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in policies
     }
+    critic = None
+    if gae:
+        c = config.critic
+        critic = ValueLearner(
+            policy_model, CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
+            max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
+        )  # fmt: skip
+        learners[CRITIC] = critic
     rule = BRANCH_RULES[config.sampler.rule](config.sampler.group_size)
     return Engine(
         config, policy_model, service, task, built.system, rule,
@@ -109,4 +123,5 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         eval_agents={**built.frozen, **trainable(eval_params)},
         learners=learners,
         frozen=built.frozen,
+        critic=critic,
     )  # fmt: skip

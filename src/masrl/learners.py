@@ -7,12 +7,16 @@ batch of samples, and writes and reads its own checkpoint files.
 
 `PolicyLearner` is the language-model policy: one LoRA adapter (or the fully
 fine-tuned model) of a `PolicyModel`, updated by the token-level clipped
-surrogate in `masrl.update`. Other learners (a value model, a small scoring
-head over agents) implement the same three methods.
+surrogate in `masrl.update`. `ValueLearner` is a critic for PPO with GAE: a
+value head (Linear hidden -> 1) on its own LoRA adapter of the same
+`PolicyModel` (one copy of the base weights), scoring the state before every
+response token and trained by PPO's clipped value loss. Other learners (a
+small scoring head over agents) implement the same three methods.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -20,10 +24,12 @@ from typing import Protocol
 import torch
 
 from masrl.agents.policy import PolicyModel
+from masrl.algos.losses import value_loss
 from masrl.types import Sample
-from masrl.update import UpdateSettings, update_policy
+from masrl.update import UpdateSettings, micro_batches, update_policy
 
 FileWriter = Callable[[Path], None]
+CRITIC = "critic"  # the value learner's adapter and learner name (algo.advantage: gae)
 
 
 class Learner(Protocol):
@@ -65,3 +71,119 @@ class PolicyLearner:
         if not weights_only:
             state = torch.load(checkpoint / "optimizer" / f"{self.name}.pt", weights_only=False)
             self.optimizer.load_state_dict(state)
+
+
+class ValueLearner:
+    """V(s_t) for every response token: a value head on the adapter `name` of a shared `PolicyModel`.
+
+    `values(prompts, responses)` gives the per-token values of calls (no grad,
+    in micro-batches); `update(samples)` takes samples whose `returns` and
+    `values` hold, per response token, the GAE value target and the value
+    predicted at scoring time, and takes `epochs` AdamW steps on the clipped
+    value loss (token mean over the batch; micro-batch gradients sum to the
+    full batch's). Only the adapter and the head train; the base stays frozen.
+    """
+
+    def __init__(
+        self,
+        model: PolicyModel,
+        name: str,
+        lr: float,
+        clip: float | None = 0.2,
+        micro_batch: int = 8,
+        epochs: int = 1,
+        max_grad_norm: float = 1.0,
+        weight_decay: float = 0.0,
+    ):
+        self.name = name
+        self.model = model
+        self.clip = clip
+        self.micro_batch = micro_batch
+        self.epochs = epochs
+        self.max_grad_norm = max_grad_norm
+        # Zero-initialised: every state starts at value 0, so the first advantages are
+        # plain returns-to-go instead of the noise of a random projection.
+        self.head = torch.nn.Linear(model.hidden_size, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.optimizer = torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [*self.model.parameters(self.name), *self.head.parameters()]
+
+    def forward(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]):
+        """Values and mask, both [B, R]; grad flows when called under grad mode."""
+        hidden, mask = self.model.response_hidden(prompts, responses, self.name)  # [B, R, H], [B, R]
+        return self.head(hidden.float()).squeeze(-1), mask
+
+    @torch.no_grad()
+    def values(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Per-token values of each (prompt, response), in micro-batches."""
+        out: list[list[float]] = [[] for _ in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
+        for k in range(0, len(order), self.micro_batch):
+            idx = order[k : k + self.micro_batch]
+            v, _ = self.forward([prompts[i] for i in idx], [responses[i] for i in idx])
+            for row, i in zip(v.tolist(), idx):
+                out[i] = row[: len(responses[i])]
+        return out
+
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        if not samples:
+            return {}
+        for s in samples:
+            if len(s.returns) != len(s.response_ids) or len(s.values) != len(s.response_ids):
+                raise ValueError("value samples need one return and one old value per response token")
+        params = self.parameters()
+        batches = micro_batches(samples, self.micro_batch)
+        normalizer = float(sum(len(s.response_ids) for s in samples))
+        sums: dict[str, float] = defaultdict(float)
+        self.model.model.train()
+        try:
+            for _ in range(self.epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                for mb in batches:
+                    v, mask = self.forward([s.prompt_ids for s in mb], [s.response_ids for s in mb])  # [B, R]
+                    returns = _padded([s.returns for s in mb], v.shape[1])
+                    old = _padded([s.values for s in mb], v.shape[1])
+                    loss, metrics = value_loss(v, old, returns, mask, self.clip, normalizer)
+                    loss.backward()
+                    share = float(mask.sum()) / normalizer  # token-weighted, like the loss
+                    for k, x in metrics.items():
+                        sums[k] += x if k == "value_loss" else x * share
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                self.optimizer.step()
+        finally:
+            self.model.model.eval()
+            self.optimizer.zero_grad(set_to_none=True)
+        out = {k: x / self.epochs for k, x in sums.items()}
+        out.update(grad_norm=float(grad_norm), samples=float(len(samples)), response_tokens=normalizer)
+        return out
+
+    def checkpoint_files(self) -> dict[str, FileWriter]:
+        from safetensors.torch import save_file
+
+        return {
+            f"policy/{self.name}.safetensors": lambda path: self.model.save(self.name, path),
+            f"value_head/{self.name}.safetensors": lambda path: save_file(
+                {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}, str(path)
+            ),
+            f"optimizer/{self.name}.pt": lambda path: torch.save(self.optimizer.state_dict(), path),
+        }
+
+    def load(self, checkpoint: Path, weights_only: bool = False) -> None:
+        from safetensors.torch import load_file
+
+        self.model.load(self.name, checkpoint / "policy" / f"{self.name}.safetensors")
+        self.head.load_state_dict(load_file(str(checkpoint / "value_head" / f"{self.name}.safetensors")))
+        if not weights_only:
+            state = torch.load(checkpoint / "optimizer" / f"{self.name}.pt", weights_only=False)
+            self.optimizer.load_state_dict(state)
+
+
+def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    """[B, width] float32, zero after each row's end."""
+    out = torch.zeros(len(rows), width)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(list(row), dtype=out.dtype)
+    return out

@@ -5,7 +5,11 @@ One step:
              branching rule; generation batched across all episodes);
 2. score   - credit turns the tree's rewards into a return per call;
 3. advantage - calls are grouped (which calls compare) and the advantage
-             estimator normalises returns within each group;
+             estimator normalises returns within each group; or, with
+             `algo.advantage: gae` (PPO), the value model scores every
+             response token and GAE runs along each root-to-leaf path
+             (`score_gae`), giving per-token advantages to the policies
+             and value targets to the value learner;
 4. update  - every trainable call becomes a sample of its policy's batch; that
              policy's learner (masrl.learners) takes one optimiser step;
 5. log     - metrics.jsonl, TensorBoard, a few episodes in samples.jsonl;
@@ -33,6 +37,7 @@ from tqdm import tqdm
 
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
 from masrl.algos.credit import CREDITS, GROUPINGS, trainable_calls
+from masrl.algos.gae import token_gae, trajectories, whiten
 from masrl.checkpoint import (
     atomic_write_text,
     capture_rng,
@@ -44,6 +49,7 @@ from masrl.checkpoint import (
 from masrl.config import Config, dump_config, load_config
 from masrl.engine import Engine, build_engine
 from masrl.evaluate import evaluate
+from masrl.learners import CRITIC, ValueLearner
 from masrl.rollout.tree import rollout
 from masrl.types import Episode, Sample
 
@@ -60,9 +66,13 @@ class Scored:
 
 
 # ---------------------------------------------------------------- pure phases
-def score(episodes: Sequence[Episode], config: Config) -> Scored:
-    """Credit, grouping and advantages: episodes in, per-policy samples out."""
+def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | None = None) -> Scored:
+    """Credit, grouping and advantages: episodes in, per-policy samples out.
+
+    `algo.advantage: gae` is the token-level phase `score_gae` instead (it needs `critic`)."""
     algo = config.algo
+    if algo.advantage == "gae":
+        return score_gae(episodes, config, critic)
     returns = [CREDITS[algo.credit](ep, algo.gamma) for ep in episodes]
     calls = trainable_calls(episodes)
     if not calls:
@@ -79,6 +89,58 @@ def score(episodes: Sequence[Episode], config: Config) -> Scored:
         samples[r.policy].append(Sample(r.policy, r.prompt_ids or (), r.response_ids or (), a, w, r.payload))
     advantages = {(i, c.id): a for (i, c), a in zip(calls, adv.tolist())}
     return Scored(dict(samples), advantages, {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())})
+
+
+def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner | None) -> Scored:
+    """PPO's advantage phase (corl-budget-controller.txt, sec. 3.2; masrl.algos.gae).
+
+    The value model scores the state before every response token of every
+    trainable call; GAE runs over each root-to-leaf path's concatenated
+    response tokens (other agents' tokens are only context in later prompts,
+    so they are never scored and never trained on); each policy gets per-token
+    advantages (whitened over the batch when `critic.whiten_advantages`), and
+    the value learner gets the per-token returns and the values it predicted."""
+    if critic is None:
+        raise TrainingError("algo.advantage 'gae' needs a value learner (the engine builds one for it)")
+    algo = config.algo
+    calls = trainable_calls(episodes)
+    if not calls:
+        return Scored({}, {}, {})
+    tokenless = sorted({c.reply.policy for _, c in calls if not c.reply.response_ids})
+    if tokenless:
+        raise TrainingError(f"algo.advantage 'gae' scores response tokens; policies {tokenless} sampled none")
+    values = critic.values([c.reply.prompt_ids for _, c in calls], [c.reply.response_ids for _, c in calls])
+    old = {(i, c.id): v for (i, c), v in zip(calls, values)}
+    targets = token_gae(trajectories(episodes), old, algo.gamma, algo.lam)
+    keys = [(i, c.id) for i, c in calls]
+    flat_adv = torch.tensor([a for k in keys for a in targets[k].advantages], dtype=torch.float64)  # [N tokens]
+    if config.critic.whiten_advantages:
+        flat_adv = whiten(flat_adv)
+    flat_ret = torch.tensor([g for k in keys for g in targets[k].returns], dtype=torch.float64)
+    flat_val = torch.tensor([v for k in keys for v in old[k]], dtype=torch.float64)
+    samples: dict[str, list[Sample]] = defaultdict(list)
+    advantages: dict[tuple[int, str], float] = {}
+    start = 0
+    for (i, c), k in zip(calls, keys):
+        r, n = c.reply, len(c.reply.response_ids)
+        adv = tuple(flat_adv[start : start + n].tolist())
+        start += n
+        advantages[k] = sum(adv) / n
+        target = Sample(CRITIC, r.prompt_ids, r.response_ids, 0.0, returns=targets[k].returns, values=tuple(old[k]))
+        samples[CRITIC].append(target)
+        if algo.skip_zero_advantage and not any(adv):
+            continue
+        w = sample_weight(episodes[i], algo.sample_weight)
+        samples[r.policy].append(Sample(r.policy, r.prompt_ids, r.response_ids, adv, w))
+    residual = (flat_ret - flat_val).var(unbiased=False)
+    metrics = {
+        "return_mean": float(flat_ret.mean()),
+        "adv_abs_mean": float(flat_adv.abs().mean()),
+        "value_mean": float(flat_val.mean()),
+        # 1 - Var[R - V] / Var[R]: 1 when the value model predicts the returns exactly, <= 0 when useless.
+        "value_explained_var": float(1.0 - residual / flat_ret.var(unbiased=False)) if flat_ret.var() > 0 else 0.0,
+    }
+    return Scored(dict(samples), advantages, metrics)
 
 
 def sample_weight(episode: Episode, kind: str) -> float:
@@ -161,7 +223,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         if metrics["failed"] == metrics["trajectories"]:
             first = next(c.error for ep in episodes for c in ep.calls if c.error)
             raise TrainingError(f"step {step}: every episode failed; first error: {first}")
-        scored = score(episodes, config)  # 2-3. score and advantage
+        scored = score(episodes, config, engine.critic)  # 2-3. score and advantage
         observe = getattr(engine.system, "observe", None)  # e.g. the router's usage and dual ascent
         if observe is not None:
             metrics.update(observe(episodes))

@@ -228,6 +228,33 @@ class PolicyModel:
         Grad flows when called under grad mode. Pass a micro-batch: the logits
         kept are [B, R+1, V] for the response positions only.
         """
+        ids, attn, pos, p_len, r_len = self._layout(prompts, responses)
+        with self.use(policy) as model:
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_len + 1, use_cache=False)
+        logits = out.logits[:, :-1]  # [B, R, V]: position P-1+j predicts response token j
+        logp = token_logprobs(logits, ids[:, p_len:], temperature)  # [B, R]
+        return logp, attn[:, p_len:].to(logp.dtype)
+
+    def response_hidden(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], policy: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Last-layer hidden state of the state before each response token: ([B, R, H], [B, R] mask).
+
+        Position P-1+j has read the prompt and response tokens < j: the state in
+        which token j is chosen (what a value head scores). Runs the decoder
+        without the LM head, so no vocabulary-sized tensor is made. Needs LoRA
+        (the decoder is reached through the adapter-wrapped model).
+        """
+        if self.lora is None:
+            raise RuntimeError("response_hidden needs LoRA adapters (model.lora_rank > 0)")
+        ids, attn, pos, p_len, r_len = self._layout(prompts, responses)
+        with self.use(policy) as model:
+            decoder = model.get_base_model().base_model  # e.g. LlamaModel: the LoRA layers live inside it
+            hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+        return hidden[:, p_len - 1 : p_len - 1 + r_len], attn[:, p_len:].to(hidden.dtype)
+
+    def _layout(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]):
+        """[left-padded prompt | right-padded response] ids, attention mask and positions; P and R."""
         tok = self.tokenizer
         p_len = max(len(p) for p in prompts)
         r_len = max(max(len(r) for r in responses), 1)
@@ -240,11 +267,11 @@ class PolicyModel:
             attn[i, p_len - len(p) : p_len + len(r)] = 1
         # Positions as generate() saw them under left padding.
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        with self.use(policy) as model:
-            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_len + 1, use_cache=False)
-        logits = out.logits[:, :-1]  # [B, R, V]: position P-1+j predicts response token j
-        logp = token_logprobs(logits, ids[:, p_len:], temperature)  # [B, R]
-        return logp, attn[:, p_len:].to(logp.dtype)
+        return ids, attn, pos, p_len, r_len
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
 
 
 class PolicyAgent:
