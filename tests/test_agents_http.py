@@ -6,14 +6,11 @@ times out, fails, rate-limits and returns garbage on purpose.
 """
 
 import asyncio
-import contextlib
 import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -25,31 +22,10 @@ from masrl.agents.python_fn import FunctionAgent
 from masrl.models import LoadedModel, build_tiny_model
 from masrl.serve import create_app
 from masrl.types import AgentError, Message, Price
+from servers import running
 
 PRICE = Price(input_per_1k=3.0, output_per_1k=15.0)
 MESSAGES = (Message("system", "Answer briefly."), Message("user", "What is 2+2?"))
-
-
-@contextlib.contextmanager
-def running(app):
-    """Serve `app` on 127.0.0.1 in a thread; yield its base URL; stop it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def completion(text="4", usage=True):

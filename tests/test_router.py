@@ -131,6 +131,12 @@ def test_dual_ascent_raises_xi_of_overused_agents_and_lowers_it_to_zero_for_othe
 def test_paper_defaults_for_three_agents():
     assert default_caps(AGENTS) == {"weak": 1.0, "medium": 0.5, "strong": 0.25}
     assert default_multipliers(AGENTS) == {"weak": 0.0, "medium": 0.125, "strong": 0.25}
+    # Two agents: the weaker is never capped or priced, so the caps can hold together.
+    assert default_caps(("small", "big")) == {"small": 1.0, "big": 0.25}
+    assert default_multipliers(("small", "big")) == {"small": 0.0, "big": 0.25}
+    assert default_caps(("only",)) == {"only": 1.0} and default_multipliers(("only",)) == {"only": 0.0}
+    four = ("a", "b", "c", "d")
+    assert default_caps(four) == {"a": 1.0, "b": 1.0, "c": 0.5, "d": 0.25}
 
 
 # ---------------------------------------------------------------- tree credit

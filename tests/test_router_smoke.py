@@ -96,3 +96,34 @@ def test_unknown_pool_names_in_caps_are_a_config_error(tmp_path, capsys):
     argv = ["train", *SMALL, f"run.dir={tmp_path / 'run'}", "router.rho={sim-giant: 0.1}"]
     assert main(argv) == 2
     assert "sim-giant" in capsys.readouterr().err
+
+
+def test_router_over_real_llm_agents_local_and_http(tmp_path, capsys):
+    """A pool of real model backends: a local HF model and an OpenAI-compatible endpoint
+    (masrl.serve in front of another tiny model, over real HTTP), trained and evaluated."""
+    from masrl.agents.hf_local import HFLocalAgent
+    from masrl.agents.policy import SamplingParams
+    from masrl.models import LoadedModel, build_tiny_model
+    from masrl.serve import create_app
+    from servers import running
+
+    model, tok = build_tiny_model(seed=1)
+    served = HFLocalAgent("served", LoadedModel(model, tok, "tiny"), SamplingParams(max_new_tokens=6, temperature=0.0))
+    with running(create_app(served, "tiny")) as url:
+        pool = (
+            "pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
+            f" {{name: remote, backend: openai, base_url: '{url}/v1', model: tiny, price_in: 1.0, price_out: 2.0}}]"
+        )
+        run = tmp_path / "run"
+        argv = ["train", *SMALL, f"run.dir={run}", "pool.kind=agents", pool, "router.baselines=[single]",
+                "router.label_items=4"]
+        assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| single:local |" in out and "| single:remote |" in out
+    results = {r["method"]: r for r in json.loads((run / "results.json").read_text())}
+    # Default caps for two agents: the stronger (last) 0.25, the weaker uncapped.
+    remote = results["single:remote"]
+    assert remote["usage"]["remote"] <= 0.25 + 1e-9 and remote["redirected"] > 0
+    assert remote["cost"] > 0  # priced per token as the endpoint reported them
+    assert results["single:local"]["usage"] == {"local": 1.0, "remote": 0.0} and results["single:local"]["cost"] > 0
+    assert results["masrl controller"]["items"] == 6

@@ -179,17 +179,20 @@ def dual_ascent(xi: Mapping[str, float], usage: Mapping[str, float], rho: Mappin
 
 def default_caps(agents: Sequence[str]) -> dict[str, float]:
     """The paper's caps for a three-agent pool (strongest 0.25, middle 0.5, weakest 1.0), extended:
-    the strongest gets 0.25, the next 0.5, every weaker agent 1.0."""
+    the strongest gets 0.25, the next 0.5, every weaker agent 1.0. The weakest agent is never
+    capped: it is where capped calls fall back to, and caps summing below 1 cannot all hold
+    (with two agents, 0.25 + 0.5)."""
     caps = {a: 1.0 for a in agents}
-    for a, rho in zip(reversed(list(agents)), (0.25, 0.5)):
+    for a, rho in zip(reversed(list(agents)[1:]), (0.25, 0.5)):
         caps[a] = rho
     return caps
 
 
 def default_multipliers(agents: Sequence[str]) -> dict[str, float]:
-    """The paper's xi for a three-agent pool: strongest 0.25, middle 0.125, others 0."""
+    """The paper's xi for a three-agent pool: strongest 0.25, middle 0.125, others 0 (the
+    weakest, uncapped agent always 0)."""
     xi = {a: 0.0 for a in agents}
-    for a, v in zip(reversed(list(agents)), (0.25, 0.125)):
+    for a, v in zip(reversed(list(agents)[1:]), (0.25, 0.125)):
         xi[a] = v
     return xi
 
