@@ -101,7 +101,12 @@ def _eval(args) -> int:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
     items = engine.task.items("eval", 0, engine.config.eval.size)
-    if engine.pool:  # a router: the controller and the baselines under the usage caps
+    if engine.config.system.kind == "puppeteer":
+        from masrl.puppeteer.evaluation import evaluate_puppeteer
+
+        summary = evaluate_puppeteer(engine, items).metrics
+        print(json.dumps(summary, indent=2))
+    elif engine.pool:  # a router: the controller and the baselines under the usage caps
         from dataclasses import asdict
 
         from masrl.routers.run import router_report, router_results

