@@ -193,6 +193,10 @@ def test_parse_choice():
     assert parse_choice("<agent>strong</agent>", actions) is None  # two match
     assert parse_choice("<agent>Terminator</agent>", actions) == TERMINATOR
     assert parse_choice("<agent></agent>", actions) is None
+    assert parse_choice("<agent> 2</agent>", actions) == "sim-strong:reasoning"  # by number, 1-based
+    assert parse_choice("<agent>0</agent>", actions) == TERMINATOR
+    assert parse_choice("<agent>4</agent>", actions) is None  # only 3 agents
+    assert parse_choice("3", actions) == "sim-strong:critique"  # no tag: the whole reply
 
 
 def scripted(choices):
@@ -252,7 +256,8 @@ def test_llm_orchestrator_reply_is_read_after_the_prefilled_tag():
     system = two_agent_system(prefill=True)
     state = system.start(TaskItem("t", "question 1", "7"))
     step = system.next_step(state)
-    assert step.messages[-1] == Message("assistant", "<agent>") and "right:reasoning" in step.messages[0].content
+    assert step.messages[-1] == Message("assistant", "<agent>")
+    assert "1 right:reasoning; 2 wrong:reasoning; 0 terminator" in step.messages[0].content
     reply = Reply("right:reasoning</agent>", 10, 4, 0.0, prompt_ids=(1,), response_ids=(2, 3), policy="orchestrator")
     tr = system.advance(state, step, reply)
     assert tr.action == "right:reasoning" and not tr.done
