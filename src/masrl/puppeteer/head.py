@@ -18,6 +18,7 @@ estimator (`reinforce`: A = R; `reinforce_baseline`: A = R - batch mean).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,44 @@ def reinforce_loss(
     return -(w * advantages.detach() * logp).mean()
 
 
+class BatchedEncoder:
+    """Encodes the states of concurrent episodes together: each call waits a few event-loop
+    rounds for the other coroutines' states, then one encoder call embeds them all (the W
+    paths of a task share their first state, so duplicates are encoded once)."""
+
+    def __init__(self, encode: Encoder, settle_rounds: int = 8, max_batch: int = 256):
+        self.encode = encode
+        self.settle_rounds = settle_rounds
+        self.max_batch = max_batch
+        self._pending: list[tuple[str, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+
+    async def __call__(self, text: str) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending.append((text, future))
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            for _ in range(self.settle_rounds):
+                await asyncio.sleep(0)
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            texts = list(dict.fromkeys(t for t, _ in batch))
+            try:
+                vectors = dict(zip(texts, np.asarray(self.encode(texts), dtype=np.float32)))
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting episode
+                for _, f in batch:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            for t, f in batch:
+                if not f.done():
+                    f.set_result(vectors[t])
+
+
 class HeadAgent:
     """The orchestrator as an agent: embed the state, score the actions, pick one."""
 
@@ -71,7 +110,7 @@ class HeadAgent:
         self,
         name: str,
         head: torch.nn.Module,
-        encoder: Encoder,
+        encoder: Encoder | BatchedEncoder,
         actions: Sequence[str],
         temperature: float = 1.0,
         greedy: bool = False,
@@ -79,7 +118,7 @@ class HeadAgent:
     ):
         self.name = name
         self.head = head
-        self.encoder = encoder
+        self.encoder = encoder if isinstance(encoder, BatchedEncoder) else BatchedEncoder(encoder)
         self.actions = tuple(actions)
         self.temperature = temperature
         self.greedy = greedy
@@ -87,7 +126,7 @@ class HeadAgent:
 
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         state = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        feats = np.asarray(self.encoder([state])[0], dtype=np.float32)  # [D]
+        feats = await self.encoder(state)  # [D]
         with torch.no_grad():
             logits = self.head(torch.from_numpy(feats).unsqueeze(0))[0]  # [K]
             if self.greedy:

@@ -256,10 +256,11 @@ def build_puppeteer(config, task: Task) -> Built:
 
 
 def build_head(config, actions: Sequence[str]) -> Head:
-    from masrl.puppeteer.head import HeadAgent, HeadLearner, build_encoder, scoring_head
+    from masrl.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
 
     p = config.puppeteer
-    encoder, dim = build_encoder(p.encoder, config.model.name)
+    encode, dim = build_encoder(p.encoder, config.model.name)
+    encoder = BatchedEncoder(encode)  # one batcher shared by the sampling and greedy agents
     head = scoring_head(dim, len(actions), p.head_hidden, seed=config.run.seed)
     sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature, seed=config.run.seed)
     greedy = HeadAgent(ORCHESTRATOR, head, encoder, actions, greedy=True)
