@@ -8,6 +8,7 @@ import pytest
 
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
+from masrl.puppeteer.evaluation import evolution_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,6 +68,8 @@ def test_shipped_puppeteer_configs_run_two_steps(config, extra, tmp_path, capsys
     assert [r["step"] for r in evals] == [0, 2] and all(r["eval/items"] == 3 for r in evals)
     assert sorted(p.name for p in (run / "graphs" / "step00002").iterdir())[:1] == ["task000.dot"]
     assert latest_checkpoint(run) is not None
+    table = evolution_table(rows)
+    assert table.splitlines()[0] == "| metric | step 0 | step 2 |" and "| graph density |" in table
 
 
 def test_llm_orchestrator_is_updated(tmp_path, monkeypatch):

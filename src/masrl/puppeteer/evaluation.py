@@ -71,3 +71,27 @@ def log_puppeteer_eval(engine, logger, step: int, label: str, items: Sequence[Ta
         f"{m['agents_per_task']:.2f} agents/task, density {m['graph_density']:.3f}, cycles {m['graph_cycles']:.2f}"
     )
     return m
+
+
+SUMMARY_KEYS = (
+    ("accuracy", "vote accuracy"),
+    ("path_accuracy", "path accuracy"),
+    ("tokens_per_task", "tokens per task"),
+    ("agents_per_task", "agents per task"),
+    ("path_length", "steps per path"),
+    ("graph_density", "graph density"),
+    ("graph_cycles", "cycles per task"),
+)
+
+
+def evolution_table(rows: Sequence[dict]) -> str:
+    """Markdown: the held-out evaluations of a run (metrics.jsonl rows), initial to evolved,
+    one column per evaluation (the paper's figures 2 and 6 as numbers)."""
+    evals = [r for r in rows if r.get("kind") == "eval" and "eval/graph_density" in r]
+    if not evals:
+        return "no puppeteer evaluations in this run"
+    head = "| metric | " + " | ".join(f"step {r['step']}" for r in evals) + " |"
+    lines = [head, "|" + " --- |" * (len(evals) + 1)]
+    for key, label in SUMMARY_KEYS:
+        lines.append(f"| {label} | " + " | ".join(f"{r.get('eval/' + key, float('nan')):.3f}" for r in evals) + " |")
+    return "\n".join(lines)
