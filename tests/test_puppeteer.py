@@ -252,6 +252,28 @@ def test_credit_at_the_depth_limit_is_eq6():
     assert want == pytest.approx([0.99 * -0.1 * 0.2 * math.log(2) - 0.1 * 0.4 * math.log(1.5), -0.1 * 0.2 * math.log(2)])
 
 
+def test_flop_costs_weigh_tokens_by_model_size():
+    from dataclasses import replace as dc_replace
+
+    system = dc_replace(two_agent_system(depth=2), per_token={"right:reasoning": 2 * 7.0, "wrong:reasoning": 2 * 0.5})
+    agents = {**AGENTS, "orchestrator": scripted(["right:reasoning", "wrong:reasoning"])}
+    ep = asyncio.run(expand(system, agents, TaskItem("t", "question 1", "7"), Parallel(1)))
+    # F = 2 x params(B) x tokens / 1000 GFLOPs: 14 x 400 / 1000 = 5.6 at step 1, 1 x 200 / 1000 = 0.2 at step 2
+    assert [c.rewards["cost"] for c in ep.calls if c.role == "agent"] == pytest.approx(
+        [5.6 * math.log(1.5), 0.2 * math.log(2.0)]
+    )
+
+
+def test_flop_costs_need_every_models_size():
+    from masrl.engine import build_task_from
+    from masrl.systems.puppeteer import build_puppeteer
+
+    config = load_config("puppeteer-head", ["puppeteer.cost=flops", "puppeteer.model_params={sim-weak: 1.5}",
+                                            "puppeteer.encoder=base", "model.name=tiny"])  # fmt: skip
+    with pytest.raises(ConfigError, match="sim-medium"):
+        build_puppeteer(config, build_task_from(config))
+
+
 def test_llm_orchestrator_reply_is_read_after_the_prefilled_tag():
     system = two_agent_system(prefill=True)
     state = system.start(TaskItem("t", "question 1", "7"))

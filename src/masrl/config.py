@@ -128,7 +128,13 @@ class PuppeteerConfig(Section):
     head_lr: float = Field(1e-2, gt=0.0, description="head: AdamW learning rate")
     depth: int = Field(4, ge=1, description="most agent steps on a path (phi in C_t = F log(1 + t/phi))")
     lam: float = Field(0.1, ge=0.0, description="lambda: weight of the step costs in the return")
-    cost_unit: float = Field(1000.0, gt=0.0, description="F = the step's tokens / cost_unit")
+    cost: Literal["tokens", "flops"] = Field(
+        "tokens", description="F per step: tokens, or estimated FLOPs = 2 x parameters x tokens (needs model_params)"
+    )
+    model_params: dict[str, float] = Field(
+        default_factory=dict, description="cost=flops: billions of parameters of each pool model"
+    )
+    cost_unit: float = Field(1000.0, gt=0.0, description="F = the step's tokens (or GFLOPs) / cost_unit")
     graphs: int = Field(4, ge=0, description="orchestration graphs (DOT) written per evaluation")
 
 

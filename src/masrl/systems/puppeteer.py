@@ -20,7 +20,9 @@ forked). Rewards sit on the calls so that the engine's `tree_q` credit with
 `tree_q` adds an agent's reward to the decision at the same turn and discounts
 by gamma per turn, so Q(decision t) = -lambda C_t + gamma Q(decision t+1) = R_t.
 F_t is the step's tokens (prompt and reply of the agent) divided by
-`puppeteer.cost_unit`, phi is the depth limit. With `algo.advantage: reinforce`
+`puppeteer.cost_unit`, or with `puppeteer.cost: flops` an estimated FLOP count,
+2 x parameters x tokens (the forward-pass rule of thumb; the paper names FLOPs
+or tokens), in GFLOPs / cost_unit; phi is the depth limit. With `algo.advantage: reinforce`
 (or `reinforce_baseline`) and one update epoch the update is REINFORCE (eq. 5).
 
 Two orchestrator policies: `llm`, a LoRA adapter of the base model that names
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from masrl.puppeteer.returns import step_cost
 from masrl.puppeteer.space import TERMINATOR, AgentSpec
@@ -122,6 +124,7 @@ class PuppeteerSystem:
     prefill: bool = True  # llm policy: start the orchestrator's reply inside <agent>
     files: tuple[str, ...] = ()  # what read_file may open, listed in its prompt
     policy: str = ORCHESTRATOR
+    per_token: Mapping[str, float] = field(default_factory=dict)  # agent -> cost of a token (default 1)
 
     @property
     def actions(self) -> tuple[str, ...]:
@@ -179,7 +182,8 @@ class PuppeteerSystem:
     def _agent_answered(self, state: PuppeteerState, reply: Reply) -> Transition:
         answer = self.task_family.extract_answer(reply.text)
         t = state.step
-        cost = step_cost((reply.tokens_in + reply.tokens_out) / self.cost_unit, t, self.depth)
+        f = (reply.tokens_in + reply.tokens_out) * self.per_token.get(state.pending, 1.0) / self.cost_unit
+        cost = step_cost(f, t, self.depth)
         nxt = PuppeteerState(state.task, (*state.history, Work(state.pending, reply.text, answer)))
         if t >= self.depth:  # the depth limit: this agent's step is the last, R_T = r - lambda C_T
             r = self.terminal_reward(nxt)
@@ -245,10 +249,16 @@ def build_puppeteer(config, task: Task) -> Built:
     except ValueError as exc:
         raise ConfigError(f"puppeteer: {exc}") from None
     files = tuple(list_files(resolve_folder(p.folder))) if p.folder else ()
+    per_token: dict[str, float] = {}
+    if p.cost == "flops":
+        missing = sorted(set(models) - set(p.model_params))
+        if missing:
+            raise ConfigError(f"puppeteer.cost 'flops' needs puppeteer.model_params (billions) for {missing}")
+        per_token = {s.name: 2.0 * p.model_params[s.model] for s in specs}  # GFLOPs per token
     frozen = space_agents(specs, models, tools)
     system = PuppeteerSystem(
         task, tuple(specs), depth=p.depth, lam=p.lam, cost_unit=p.cost_unit,
-        prefill=config.system.prefill, files=files,
+        prefill=config.system.prefill, files=files, per_token=per_token,
     )  # fmt: skip
     if p.policy == "llm":
         return Built(system, {ORCHESTRATOR: ORCHESTRATOR}, frozen=frozen, stop=("</agent>",))
