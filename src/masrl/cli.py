@@ -152,6 +152,8 @@ def _serve(args) -> int:
     from masrl.train import load_trained
 
     engine = load_trained(Path(args.run_dir))
+    if engine.model is None:
+        raise ConfigError(f"{args.run_dir} trained no language-model policy to serve (e.g. a scoring head)")
     policy = args.policy or engine.model.policies[0]
     if policy not in engine.eval_agents:
         raise ConfigError(f"no policy {policy!r}; this run has {', '.join(engine.eval_agents)}")

@@ -114,7 +114,7 @@ class HeadAgent:
         actions: Sequence[str],
         temperature: float = 1.0,
         greedy: bool = False,
-        seed: int = 0,
+        seed: int | None = None,
     ):
         self.name = name
         self.head = head
@@ -122,7 +122,8 @@ class HeadAgent:
         self.actions = tuple(actions)
         self.temperature = temperature
         self.greedy = greedy
-        self.generator = torch.Generator().manual_seed(seed)
+        # None: torch's global RNG, which the engine seeds and checkpoints (a resumed run draws on).
+        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
 
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         state = next((m.content for m in reversed(messages) if m.role == "user"), "")

@@ -272,7 +272,7 @@ def build_head(config, actions: Sequence[str]) -> Head:
     encode, dim = build_encoder(p.encoder, config.model.name)
     encoder = BatchedEncoder(encode)  # one batcher shared by the sampling and greedy agents
     head = scoring_head(dim, len(actions), p.head_hidden, seed=config.run.seed)
-    sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature, seed=config.run.seed)
+    sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature)
     greedy = HeadAgent(ORCHESTRATOR, head, encoder, actions, greedy=True)
     return Head(sample, greedy, HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm))
 
