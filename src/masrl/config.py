@@ -134,7 +134,7 @@ class PuppeteerConfig(Section):
     model_params: dict[str, float] = Field(
         default_factory=dict, description="cost=flops: billions of parameters of each pool model"
     )
-    cost_unit: float = Field(1000.0, gt=0.0, description="F = the step's tokens (or GFLOPs) / cost_unit")
+    cost_unit: float = Field(100.0, gt=0.0, description="F = the step's tokens (or GFLOPs) / cost_unit")
     graphs: int = Field(4, ge=0, description="orchestration graphs (DOT) written per evaluation")
 
 

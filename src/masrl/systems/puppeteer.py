@@ -120,7 +120,7 @@ class PuppeteerSystem:
     specs: tuple[AgentSpec, ...]
     depth: int = 4  # phi: the most agent steps on a path
     lam: float = 0.1
-    cost_unit: float = 1000.0  # F = tokens / cost_unit
+    cost_unit: float = 100.0  # F = tokens / cost_unit
     prefill: bool = True  # llm policy: start the orchestrator's reply inside <agent>
     files: tuple[str, ...] = ()  # what read_file may open, listed in its prompt
     policy: str = ORCHESTRATOR
