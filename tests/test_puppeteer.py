@@ -372,6 +372,25 @@ def test_head_learns_to_call_the_right_agent():
     assert p[0] > 0.9 and p[0] > p[1] and p[0] > p[2]
 
 
+def test_batched_encoder_encodes_concurrent_states_once_together():
+    from masrl.puppeteer.head import BatchedEncoder
+
+    calls = []
+
+    def encode(texts):
+        calls.append(list(texts))
+        return [[float(len(t))] for t in texts]
+
+    batched = BatchedEncoder(encode)
+
+    async def many():
+        return await asyncio.gather(*(batched(t) for t in ["ab", "abc", "ab", "ab", "abc"]))
+
+    out = asyncio.run(many())
+    assert calls == [["ab", "abc"]]  # one call, duplicates once
+    assert [float(v[0]) for v in out] == [2.0, 3.0, 2.0, 2.0, 3.0]
+
+
 def test_head_learner_checkpoint_round_trip(tmp_path):
     head = scoring_head(4, 3, hidden=5)
     learner = HeadLearner("orchestrator", head, lr=0.1)
