@@ -11,6 +11,9 @@ orchestration graphs are written as DOT files.
 from __future__ import annotations
 
 import asyncio
+import html
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,9 @@ def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
     ok = [leaf for leaf in leaves if not leaf.failed]
     metrics = {
         "accuracy": vote_accuracy(engine.task, episodes),
+        # the keys `masrl report` reads of every evaluation: generated tokens per task, dollars in all
+        "mean_tokens": sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply) / max(len(items), 1),
+        "cost": sum(ep.cost for ep in episodes),
         "path_accuracy": sum(c.rewards.get("correct", 0.0) for c in ok) / max(len(leaves), 1),
         "failed": float(len(leaves) - len(ok)),
         "items": float(len(items)),
@@ -48,13 +54,17 @@ def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
 
 
 def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[Path]:
-    """DOT files of the first `count` episodes' folded orchestration graphs."""
+    """DOT files of the first `count` episodes' folded orchestration graphs, and graphs.json
+    (task id, nodes, edges) for the HTML view."""
     folder.mkdir(parents=True, exist_ok=True)
-    out = []
+    out, records = [], []
     for i, ep in enumerate(episodes[:count]):
+        graph = episode_graph(ep)
         path = folder / f"task{i:03d}.dot"
-        path.write_text(to_dot(episode_graph(ep), name=ep.task.id))
+        path.write_text(to_dot(graph, name=ep.task.id))
         out.append(path)
+        records.append({"task": ep.task.id, "nodes": list(graph.nodes), "edges": [[u, v, c] for (u, v), c in graph.edges.items()]})
+    (folder / "graphs.json").write_text(json.dumps(records))
     return out
 
 
@@ -65,6 +75,7 @@ def log_puppeteer_eval(engine, logger, step: int, label: str, items: Sequence[Ta
     m = result.metrics
     logger.log(step, {f"eval/{k}": v for k, v in m.items()}, kind="eval")
     write_graphs(result.episodes, logger.run_dir / "graphs" / f"step{step:05d}", engine.config.puppeteer.graphs)
+    write_puppeteer_report(logger.run_dir)
     tqdm.write(
         f"eval {label}: vote accuracy {m['accuracy']:.3f} on {int(m['items'])} held-out items "
         f"(paths {m['path_accuracy']:.3f}), {m['tokens_per_task']:.0f} tokens/task, "
@@ -95,3 +106,68 @@ def evolution_table(rows: Sequence[dict]) -> str:
     for key, label in SUMMARY_KEYS:
         lines.append(f"| {label} | " + " | ".join(f"{r.get('eval/' + key, float('nan')):.3f}" for r in evals) + " |")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the HTML view
+CHARTS = (
+    ("tokens_per_task", "training: tokens per task"),
+    ("eval/accuracy", "held-out vote accuracy"),
+    ("eval/tokens_per_task", "held-out tokens per task"),
+    ("graph_density", "training: graph density"),
+    ("graph_cycles", "training: cycles per task"),
+    ("path_length", "training: agent steps per path"),
+)
+
+
+def svg_graph(nodes: Sequence[str], edges: Sequence[tuple[str, str, int]], title: str, size: int = 320) -> str:
+    """A folded orchestration graph drawn on a circle: agents as labelled dots, hand-offs as
+    arrows (self-loops as rings), edge width by count."""
+    c, r = size / 2, size / 2 - 60
+    pos = {n: (c + r * math.cos(2 * math.pi * i / max(len(nodes), 1) - math.pi / 2),
+               c + r * math.sin(2 * math.pi * i / max(len(nodes), 1) - math.pi / 2)) for i, n in enumerate(nodes)}  # fmt: skip
+    parts = [f'<svg width="{size}" height="{size + 20}" xmlns="http://www.w3.org/2000/svg" font-size="10">',
+             '<defs><marker id="a" viewBox="0 0 10 10" refX="16" refY="5" markerWidth="6" markerHeight="6" '
+             'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
+             f'<text x="4" y="12">{html.escape(title)}</text>']  # fmt: skip
+    for u, v, count in edges:
+        (x1, y1), (x2, y2) = pos[u], pos[v]
+        if u == v:
+            parts.append(f'<circle cx="{x1:.1f}" cy="{y1 - 12:.1f}" r="10" fill="none" stroke="#555" stroke-width="{count}"/>')
+        else:
+            parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#555" '
+                         f'stroke-width="{count}" marker-end="url(#a)"/>')  # fmt: skip
+    for n, (x, y) in pos.items():
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="6" fill="#1f77b4"/>'
+                     f'<text x="{x + 8:.1f}" y="{y + 4:.1f}">{html.escape(n)}</text>')  # fmt: skip
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_puppeteer_report(run_dir: Path) -> Path:
+    """RUN_DIR/puppeteer.html: curves of tokens, accuracy and topology, the initial-vs-evolved
+    table, and the orchestration graphs of the first and the latest evaluation."""
+    from masrl.report import read_metrics, series, svg_line
+
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    charts = "".join(svg_line(series(rows, key), title) for key, title in CHARTS)
+    table = evolution_table(rows).splitlines()
+    table_html = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell.strip())}</td>" for cell in line.strip("|").split("|")) + "</tr>"
+        for i, line in enumerate(table) if i != 1
+    )  # fmt: skip
+    steps = sorted((run_dir / "graphs").glob("step*/graphs.json"))
+    graphs = ""
+    for path in dict.fromkeys([*steps[:1], *steps[-1:]]):
+        records = json.loads(path.read_text())
+        drawn = "".join(svg_graph(g["nodes"], g["edges"], g["task"]) for g in records)
+        graphs += f"<h3>{html.escape(path.parent.name)}</h3>{drawn}"
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>puppeteer {html.escape(run_dir.name)}</title>"
+        f"<body style='font-family:sans-serif'><h1>{html.escape(str(run_dir))}</h1>{charts}"
+        f"<h2>Held-out evaluations</h2><table border=1 cellpadding=4>{table_html}</table>"
+        f"<h2>Orchestration graphs, initial and latest</h2>{graphs}</body>"
+    )
+    out = run_dir / "puppeteer.html"
+    out.write_text(page)
+    return out
