@@ -125,7 +125,7 @@ def svg_graph(nodes: Sequence[str], edges: Sequence[tuple[str, str, int]], title
     c, r = size / 2, size / 2 - 60
     pos = {n: (c + r * math.cos(2 * math.pi * i / max(len(nodes), 1) - math.pi / 2),
                c + r * math.sin(2 * math.pi * i / max(len(nodes), 1) - math.pi / 2)) for i, n in enumerate(nodes)}  # fmt: skip
-    parts = [f'<svg width="{size}" height="{size + 20}" xmlns="http://www.w3.org/2000/svg" font-size="10">',
+    parts = [f'<svg width="{size + 220}" height="{size + 20}" xmlns="http://www.w3.org/2000/svg" font-size="10">',
              '<defs><marker id="a" viewBox="0 0 10 10" refX="16" refY="5" markerWidth="6" markerHeight="6" '
              'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
              f'<text x="4" y="12">{html.escape(title)}</text>']  # fmt: skip
