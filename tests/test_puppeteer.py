@@ -249,7 +249,8 @@ def test_credit_at_the_depth_limit_is_eq6():
     assert ep.calls[-1].agent == "wrong:reasoning" and ep.calls[-1].done
     want = path_returns(0.0, step_costs([0.4, 0.2], 2), lam=0.1, gamma=0.99)  # the last answer, 8, is wrong
     assert orchestrator_q(ep, 0.99) == pytest.approx(want)
-    assert want == pytest.approx([0.99 * -0.1 * 0.2 * math.log(2) - 0.1 * 0.4 * math.log(1.5), -0.1 * 0.2 * math.log(2)])
+    r2 = -0.1 * 0.2 * math.log(2)  # R_T = r - lambda C_T with r = 0
+    assert want == pytest.approx([0.99 * r2 - 0.1 * 0.4 * math.log(1.5), r2])
 
 
 def test_flop_costs_weigh_tokens_by_model_size():

@@ -335,11 +335,11 @@ def validate(data: dict, source: str = "config") -> Config:
 
 def _check_files(config: Config) -> list[str]:
     from masrl.models import check_model_name
-
-    problems = []
     from masrl.puppeteer.space import resolve_folder
 
-    if config.system.kind == "puppeteer" and config.puppeteer.folder and not resolve_folder(config.puppeteer.folder).is_dir():
+    problems = []
+    folder = config.puppeteer.folder
+    if config.system.kind == "puppeteer" and folder and not resolve_folder(folder).is_dir():
         problems.append(f"puppeteer.folder: {config.puppeteer.folder} is not a directory")
     if config.task.kind in ("jsonl", "champ") and config.task.path and not Path(config.task.path).expanduser().exists():
         problems.append(f"task.path: file {config.task.path} does not exist")

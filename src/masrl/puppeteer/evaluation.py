@@ -63,7 +63,8 @@ def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[
         path = folder / f"task{i:03d}.dot"
         path.write_text(to_dot(graph, name=ep.task.id))
         out.append(path)
-        records.append({"task": ep.task.id, "nodes": list(graph.nodes), "edges": [[u, v, c] for (u, v), c in graph.edges.items()]})
+        edges = [[u, v, c] for (u, v), c in graph.edges.items()]
+        records.append({"task": ep.task.id, "nodes": list(graph.nodes), "edges": edges})
     (folder / "graphs.json").write_text(json.dumps(records))
     return out
 
@@ -123,8 +124,8 @@ def svg_graph(nodes: Sequence[str], edges: Sequence[tuple[str, str, int]], title
     """A folded orchestration graph drawn on a circle: agents as labelled dots, hand-offs as
     arrows (self-loops as rings), edge width by count."""
     c, r = size / 2, size / 2 - 60
-    pos = {n: (c + r * math.cos(2 * math.pi * i / max(len(nodes), 1) - math.pi / 2),
-               c + r * math.sin(2 * math.pi * i / max(len(nodes), 1) - math.pi / 2)) for i, n in enumerate(nodes)}  # fmt: skip
+    angle = [2 * math.pi * i / max(len(nodes), 1) - math.pi / 2 for i in range(len(nodes))]
+    pos = {n: (c + r * math.cos(a), c + r * math.sin(a)) for n, a in zip(nodes, angle)}
     parts = [f'<svg width="{size + 220}" height="{size + 20}" xmlns="http://www.w3.org/2000/svg" font-size="10">',
              '<defs><marker id="a" viewBox="0 0 10 10" refX="16" refY="5" markerWidth="6" markerHeight="6" '
              'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
@@ -132,7 +133,8 @@ def svg_graph(nodes: Sequence[str], edges: Sequence[tuple[str, str, int]], title
     for u, v, count in edges:
         (x1, y1), (x2, y2) = pos[u], pos[v]
         if u == v:
-            parts.append(f'<circle cx="{x1:.1f}" cy="{y1 - 12:.1f}" r="10" fill="none" stroke="#555" stroke-width="{count}"/>')
+            ring = f'cx="{x1:.1f}" cy="{y1 - 12:.1f}" r="10"'
+            parts.append(f'<circle {ring} fill="none" stroke="#555" stroke-width="{count}"/>')
         else:
             parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#555" '
                          f'stroke-width="{count}" marker-end="url(#a)"/>')  # fmt: skip

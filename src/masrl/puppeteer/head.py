@@ -153,7 +153,8 @@ class HeadLearner:
             return {}
         for s in samples:
             if not isinstance(s.payload, HeadChoice):
-                raise ValueError(f"{self.name}: a head sample needs a HeadChoice payload, got {type(s.payload).__name__}")
+                got = type(s.payload).__name__
+                raise ValueError(f"{self.name}: a head sample needs a HeadChoice payload, got {got}")
             if not isinstance(s.advantage, (int, float)):
                 raise ValueError(f"{self.name}: a head decision takes one advantage, not per-token advantages")
         feats = torch.tensor([s.payload.features for s in samples], dtype=torch.float32)  # [N, D]
@@ -168,7 +169,8 @@ class HeadLearner:
         self.optimizer.step()
         probs = torch.softmax(logits.detach(), dim=-1)
         entropy = float(-(probs * torch.log(probs.clamp(min=1e-12))).sum(-1).mean())
-        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "entropy": entropy, "samples": float(len(samples))}
+        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "entropy": entropy,
+                "samples": float(len(samples))}  # fmt: skip
 
     def checkpoint_files(self) -> dict[str, Callable[[Path], None]]:
         from safetensors.torch import save_file

@@ -214,7 +214,9 @@ class SpaceAgent:
         return replace(reply, text=text, tokens_in=reply.tokens_in + approx_tokens(result))
 
 
-def space_agents(specs: Sequence[AgentSpec], models: Mapping[str, Agent], tools: Mapping[str, Tool]) -> dict[str, Agent]:
+def space_agents(
+    specs: Sequence[AgentSpec], models: Mapping[str, Agent], tools: Mapping[str, Tool]
+) -> dict[str, Agent]:
     missing = sorted({s.model for s in specs} - set(models))
     if missing:
         raise ValueError(f"agent space names models that were not built: {missing}")

@@ -149,9 +149,8 @@ class PuppeteerSystem:
 
     def orchestrator_messages(self, state: PuppeteerState) -> tuple[Message, ...]:
         patterns = ", ".join(f"{p} ({PATTERN_GLOSS[p]})" for p in dict.fromkeys(s.pattern for s in self.specs))
-        system = ORCHESTRATOR_PROMPT.format(
-            terminator=TERMINATOR, patterns=patterns, agents="; ".join(f"{i} {s.name}" for i, s in enumerate(self.specs, 1))
-        )
+        agents = "; ".join(f"{i} {s.name}" for i, s in enumerate(self.specs, 1))
+        system = ORCHESTRATOR_PROMPT.format(terminator=TERMINATOR, patterns=patterns, agents=agents)
         messages = (Message("system", system), Message("user", self.state_text(state)))
         return messages + ((Message("assistant", "<agent>"),) if self.prefill else ())
 
@@ -274,6 +273,7 @@ def build_head(config, actions: Sequence[str]) -> Head:
     head = scoring_head(dim, len(actions), p.head_hidden, seed=config.run.seed)
     sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature)
     greedy = HeadAgent(ORCHESTRATOR, head, encoder, actions, greedy=True)
-    return Head(sample, greedy, HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm))
+    learner = HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm)
+    return Head(sample, greedy, learner)
 
 
