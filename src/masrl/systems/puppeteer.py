@@ -275,5 +275,3 @@ def build_head(config, actions: Sequence[str]) -> Head:
     greedy = HeadAgent(ORCHESTRATOR, head, encoder, actions, greedy=True)
     learner = HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm)
     return Head(sample, greedy, learner)
-
-
