@@ -163,7 +163,9 @@ class AlgoConfig(Section):
     credit: Literal["tree_q", "descendant_mean"] = Field(
         "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward"
     )
-    grouping: Literal["task", "siblings", "round_robin"] = "task"
+    grouping: Literal["task", "siblings", "independent", "round_robin"] = Field(
+        "task", description="independent, round_robin: the search pipeline's IS and RR groups (masrl/algos/credit.py)"
+    )
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: float = Field(0.2, ge=0.0)

@@ -321,9 +321,6 @@ def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final:
         return _log_router_eval(engine, logger, step, label, items, final)
     result = evaluate(engine, items)
     summary = result.summary()
-    extra = getattr(engine.system, "eval_metrics", None)  # e.g. the search pipeline's EM, F1, calls per question
-    if extra is not None:
-        summary.update(extra(result.episodes))
     logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
     tqdm.write(
         f"eval {label}: accuracy {summary['accuracy']:.3f} on {result.items} held-out items, "

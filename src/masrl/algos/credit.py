@@ -18,8 +18,8 @@ reward (`rewards["final"]`, the answer's F1) over the final calls that
 descend from it (eq. 4 with Aggr = mean, applied over whole sub-trees), plus
 its own agent-specific reward (`reward` minus any final part). Its groupings
 are `task` (Fork-on-first: each agent's G outputs for one question form one
-group, heterogeneous below the fork), `siblings` (Independent Sampling: only
-the fork agent's G candidates share a parent), and `round_robin`: like `task`,
+group, heterogeneous below the fork), `independent` (Independent Sampling:
+only the fork agent's G candidates of each fork_on tree form a group), and `round_robin`: like `task`,
 then the calls left alone in their group (before a round-robin fork) are
 shuffled across the batch and regrouped, per agent, into groups of G
 (Algorithm 5); the remainder stay alone (advantage 0: not trained on).
@@ -129,6 +129,23 @@ def round_robin_groups(calls: Sequence[tuple[int, Call]]) -> tuple[list[Hashable
     return regroup_singletons(keys, [c.role for _, c in calls], size, rng)
 
 
+def group_independent(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """Independent Sampling (Algorithm 4): the G candidates drawn at each fork point form one
+    homogeneous group; every other call is alone (advantage 0: not trained on).
+
+    An IS episode is a forest of fork_on trees that all start at the root, so roots of
+    different trees share parent None. In a fork_on tree branching happens once, at the
+    fork, so a fork candidate is a call with no branching at or below it; a call with a
+    branch below it is a prefix before a later fork and stays alone."""
+    kids: dict[tuple[int, str | None], int] = Counter((i, c.parent) for i, c in calls)
+    branching = {(i, parent) for (i, parent), n in kids.items() if n > 1 and parent is not None}
+    keys: list[Hashable] = []
+    for i, c in calls:
+        below = any(j == i and (p == c.id or p.startswith(c.id + ".")) for j, p in branching)
+        keys.append(("alone", i, c.id) if below else (i, c.parent))
+    return keys
+
+
 def per_agent_weights(roles: Sequence[Hashable]) -> list[float]:
     """Sample weights that turn a per-sample mean (`seq_mean`) into MHGPO's eq. 6
     average: 1/n sum_k 1/G_k sum_i (n agents, G_k samples of agent k). With N
@@ -141,7 +158,12 @@ def per_agent_weights(roles: Sequence[Hashable]) -> list[float]:
 CREDITS = {"tree_q": tree_q, "descendant_mean": descendant_mean}
 # One signature: the batch's trainable calls as (episode index, call) -> one group key per call.
 # Batch-level, so a grouping may also regroup across episodes.
-GROUPINGS = {"task": group_by_task, "siblings": group_by_siblings, "round_robin": group_round_robin}
+GROUPINGS = {
+    "task": group_by_task,
+    "siblings": group_by_siblings,
+    "independent": group_independent,
+    "round_robin": group_round_robin,
+}
 
 
 def trainable_calls(episodes: Sequence[Episode]) -> list[tuple[int, Call]]:

@@ -117,8 +117,8 @@ class ForkAt:
 class IndependentSampling:
     """IS (MHGPO, Algorithm 4): for each of the `agents` pipeline positions, a separate
     fork_on at that position. Only the fork agent's G siblings form a (homogeneous)
-    group; pair it with `algo.grouping: siblings`, which leaves every other call alone
-    in its group (advantage 0, so it is not trained on)."""
+    group; pair it with `algo.grouping: independent`, which leaves every other call
+    alone in its group (advantage 0, so it is not trained on)."""
 
     group_size: int
     agents: int = 3

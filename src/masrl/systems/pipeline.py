@@ -254,7 +254,7 @@ def _cut(text: str, n: int) -> str:
 
 def pipeline_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Means over calls of each agent: sub-queries written, pages chosen, answer words,
-    penalty rate; over final answers: EM, F1, accuracy; and agent calls per question."""
+    penalty rate; over final answers: EM and F1; and agent calls per question."""
     stats: dict[str, list[float]] = defaultdict(list)
     for ep in episodes:
         stats["calls_per_question"].append(float(len(ep.calls)))
@@ -269,8 +269,8 @@ def pipeline_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
                 stats["reranker/selected"].append(float(len(a.ids)))
             elif isinstance(a, Answer):
                 stats["answerer/words"].append(float(a.words))
-                for k in ("em", "f1", "correct"):
-                    stats["accuracy" if k == "correct" else k].append(c.rewards.get(k, 0.0))
+                for k in ("em", "f1"):  # accuracy is the task's `correct` (evaluate, reward/correct)
+                    stats[k].append(c.rewards.get(k, 0.0))
     return {k: sum(v) / len(v) for k, v in stats.items() if v}
 
 
