@@ -232,6 +232,9 @@ def test_id_parser_penalises_duplicates_out_of_range_and_nothing():
     assert parse_ids("Document2 [2] 1", 5, 3, 0.5) == Rerank((2, 1), 1, 0, False, -0.5)
     assert parse_ids("7, 1", 5, 3, 0.5) == Rerank((1,), 0, 1, False, -0.5)
     assert parse_ids("none of them", 5, 3, 0.5) == Rerank((0, 1, 2), 0, 0, True, -0.5)
+    assert parse_ids("Documents: #3 and Document 1.", 5, 3, 0.5).ids == (3, 1)
+    # a copied document after the ids: its numbers are not choices
+    assert parse_ids("\n[0] Krunnu: a song released in 2018 by 3 men", 5, 3, 0.5) == Rerank((0,), 0, 0, False, 0.0)
     assert parse_ids("", 0, 3, 0.5) == Rerank((), 0, 0, True, 0.0)  # nothing to choose: no penalty
 
 

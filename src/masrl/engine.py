@@ -126,7 +126,10 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         )  # fmt: skip
         learners[CRITIC] = critic
     s = config.sampler
-    options = {"round_robin": {"probs": tuple(s.fork_probs), "seed": config.run.seed}, "independent": {"agents": len(s.fork_probs)}}
+    options = {
+        "round_robin": {"probs": tuple(s.fork_probs), "seed": config.run.seed},
+        "independent": {"agents": len(s.fork_probs)},
+    }
     rule = BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
     return Engine(
         config, policy_model, service, task, built.system, rule,

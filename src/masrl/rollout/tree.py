@@ -189,9 +189,8 @@ async def expand(system: System, agents: Mapping[str, Agent], task: TaskItem, ru
             children.append((call, tr))
         calls.extend(c for c, _ in children)
         kept = rule.keep(depth, step, [c for c, _ in children])
-        await asyncio.gather(
-            *(grow(tr.state, call.id, depth + 1, rule) for call, tr in (children[i] for i in kept) if tr and not call.done)
-        )
+        live = [(call, tr) for call, tr in (children[i] for i in kept) if tr and not call.done]
+        await asyncio.gather(*(grow(tr.state, call.id, depth + 1, rule) for call, tr in live))
 
     start = system.start(task)
     plans = rule.plans(task) if hasattr(rule, "plans") else [rule]

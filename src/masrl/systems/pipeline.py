@@ -118,19 +118,29 @@ def parse_subqueries(text: str, question: str, max_queries: int, penalty: float)
     return Rewrite(tuple(queries[:max_queries]), len(queries), -penalty if too_many else 0.0)
 
 
-_INT = re.compile(r"\d+")
+# One piece of an id list: a separator, a label word, or an id ("2", "[2]", "Document 2", "#2").
+_ID_PIECE = re.compile(
+    r"\s*(?:[,;&/]|and\b|(?:documents?|docs?|ids?)\s*[:#]?|#?\[?\s*(\d+)\s*\]?[.:)]?)", re.IGNORECASE
+)
 
 
 def parse_ids(text: str, n_docs: int, max_docs: int, penalty: float) -> Rerank:
-    """Document ids in the order written ("2, 0", "[2] [0]", "Document2 Document0").
+    """Document ids in the order written ("2, 0", "[2] [0]", "Document 2 and Document 0").
 
-    A repeated id or one outside 0..n_docs-1 costs the penalty (once) and is
-    skipped; no valid id at all also costs it (unless there was nothing to
-    choose from), and the first `max_docs` candidates are used in retrieval order."""
+    Only the leading run of ids counts: a small model often goes on to copy a
+    document ("[0] Krunnu: ... released in 2018"), and numbers inside that text
+    are not choices. A repeated id or one outside 0..n_docs-1 costs the penalty
+    (once) and is skipped; no valid id at all also costs it (unless there was
+    nothing to choose from), and the first `max_docs` candidates are used in
+    retrieval order."""
     ids: list[int] = []
     dup = bad = 0
-    for m in _INT.findall(text):
-        i = int(m)
+    pos = 0
+    while (m := _ID_PIECE.match(text, pos)) and m.end() > pos:
+        pos = m.end()
+        if m.group(1) is None:
+            continue
+        i = int(m.group(1))
         if i >= n_docs:
             bad += 1
         elif i in ids:
@@ -201,7 +211,7 @@ class SearchPipeline:
 
     def _reranker_messages(self, state: PipelineState) -> tuple[Message, ...]:
         user = f"Question: {state.task.question.strip()}\n\nDocuments:\n{self._docs(state.candidates)}"
-        return self._prefilled(RERANKER_PROMPT, user, "Useful documents:")
+        return self._prefilled(RERANKER_PROMPT, user, "Document ids:")
 
     def _answerer_messages(self, state: PipelineState) -> tuple[Message, ...]:
         q = state.task.question.strip()

@@ -64,7 +64,11 @@ def cover_accuracy(prediction: str, gold: str) -> float:
 
 
 def qa_metrics(prediction: str, gold: str) -> dict[str, float]:
-    return {"accuracy": cover_accuracy(prediction, gold), "em": exact_match(prediction, gold), "f1": f1_score(prediction, gold)}
+    return {
+        "accuracy": cover_accuracy(prediction, gold),
+        "em": exact_match(prediction, gold),
+        "f1": f1_score(prediction, gold),
+    }
 
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.IGNORECASE | re.DOTALL)
