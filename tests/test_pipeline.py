@@ -361,3 +361,40 @@ def test_config_mistakes_are_clear():
 
     with pytest.raises(ConfigError, match="unknown keys"):
         build_task_from(load_config("search-fof", ["model.name=tiny", "search.synthetic={actors: 3}"]))
+
+
+def test_round_robin_advantages_compare_regrouped_singletons():
+    """score() under search-rr: the four lone rewriters (returns 1, 0, .5, .5) are paired at
+    random; within a pair of two, (R - mean) / sample std is +-sqrt(1/2), or 0 for equal returns."""
+    batch = [rr_episode(0, [1, 0]), rr_episode(1, [1, 1]), rr_episode(1, [0, 0]), rr_episode(1, [1, 0]),
+             rr_episode(2, [0, 1])]  # fmt: skip
+    config = load_config("search-rr", ["model.name=tiny", "algo.skip_zero_advantage=false"])
+    scored = score(batch, config)
+    calls = [(i, c) for i, ep in enumerate(batch) for c in ep.calls]
+    keys, left = round_robin_groups(calls)
+    returns = {(i, c.id): descendant_mean(batch[i])[c.id] for i, c in calls}
+    pairs = {}
+    for (i, c), k in zip(calls, keys):
+        if isinstance(k, tuple) and k[0] == "regrouped":
+            pairs.setdefault(k, []).append((i, c.id))
+    assert len(pairs) == 2
+    for members in pairs.values():
+        (a, b) = members
+        ra, rb = returns[a], returns[b]
+        expected = 0.0 if ra == rb else math.copysign(math.sqrt(0.5), ra - rb)
+        assert scored.advantages[a] == pytest.approx(expected, abs=1e-5)
+        assert scored.advantages[b] == pytest.approx(-expected, abs=1e-5)
+    (i, c) = calls[left[0]]
+    assert scored.advantages[(i, c.id)] == 0.0  # the leftover reranker: alone, not compared
+
+
+def test_fork_on_first_is_parallel_sampling_for_a_pipeline(small_corpus, system):
+    """Branching only at the first agent is the engine's parallel rule: same tree, same ids."""
+    from masrl.rollout.tree import Parallel
+
+    task = small_corpus.train[1]
+    agents = scripted(small_corpus)
+    fof = asyncio.run(expand(system, agents, task, ForkAt(3, 0)))
+    par = asyncio.run(expand(system, agents, task, Parallel(3)))
+    assert [(c.id, c.parent, c.role, c.reply.text) for c in fof.calls] == [
+        (c.id, c.parent, c.role, c.reply.text) for c in par.calls]  # fmt: skip

@@ -51,6 +51,8 @@ def test_shipped_search_configs_run_two_steps(config, tmp_path):
         else:
             assert r["calls_per_question"] in CALLS[config]
     assert all(e["eval/calls_per_question"] == 3.0 and "eval/f1" in e and "eval/em" in e for e in evals)
+    if config == "search-mappo":  # the critic trains on the same rollouts
+        assert all(any(k.startswith("critic/") for k in r) and "value_explained_var" in r for r in train)
     assert latest_checkpoint(run) is not None
     assert list((tmp_path / "cache").glob("bm25-*"))  # the index was cached
 
