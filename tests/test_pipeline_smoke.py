@@ -65,3 +65,6 @@ def test_eval_of_a_pipeline_run_reports_em_and_f1(tmp_path, capsys):
     assert main(["eval", str(run)]) == 0
     saved = json.loads((run / "eval.json").read_text())
     assert {"accuracy", "em", "f1", "calls_per_question"} <= set(saved) and saved["items"] == 4
+    assert main(["report", str(run)]) == 0  # figure 8's per-agent curves
+    page = (run / "report.html").read_text()
+    assert "sub-queries written" in page and "documents selected" in page and "held-out F1" in page
