@@ -415,3 +415,23 @@ def test_dense_retrieval_serves_the_pipeline(small_corpus, tmp_path):
     assert ep.calls[-1].rewards["f1"] == 1.0 and len(ep.calls) == 3
     candidates = ep.calls[1].messages[1].content
     assert candidates.count("\n[") >= 1  # the reranker saw retrieved pages
+
+
+def test_malformed_outputs_are_penalised_inside_the_pipeline(small_corpus, system):
+    """No sub-query, only bad ids, a rambling answer: every step still runs; each agent
+    pays its appendix-B penalty and descendant_mean credit adds it to the shared F1."""
+    task = next(q for q in small_corpus.train if q.metadata["kind"] == "single")
+    agents = {
+        "rewriter": FunctionAgent("rewriter", lambda m: "\n\n"),
+        "reranker": FunctionAgent("reranker", lambda m: " 99, 99"),
+        "answerer": FunctionAgent("answerer", lambda m: f"{task.answer} " + "and some more words " * 3 + "</answer>"),
+    }
+    ep = asyncio.run(expand(system, agents, task, ForkAt(1)))
+    rw, rr, ans = ep.calls
+    assert rw.action.queries == (task.question,) and rw.reward == -0.5  # the question itself is searched
+    assert rr.action.fallback and rr.action.out_of_range == 2 and rr.reward == -0.5
+    assert len(rr.messages[1].content.split("\n[")) - 1 >= 1 and ans.messages[1].content.startswith("Documents:\n[0]")
+    assert ans.action.words == len(task.answer.split()) + 12 and ans.rewards["penalty"] == -1.0
+    f1 = ans.rewards["final"]
+    assert 0 < f1 < 1 and ans.rewards["correct"] == 1.0  # the gold answer is in there
+    assert descendant_mean(ep) == pytest.approx({"0": f1 - 0.5, "0.0": f1 - 0.5, "0.0.0": f1 - 1.0})
