@@ -53,7 +53,8 @@ def main() -> None:
                 episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))
                 calls += sum(len(ep.calls) for ep in episodes)
                 tokens += sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
-            results[name] = {"calls_per_question": calls / args.questions, "tokens_per_question": tokens / args.questions}
+            n = args.questions
+            results[name] = {"calls_per_question": calls / n, "tokens_per_question": tokens / n}
     base = results["search-fof"]["calls_per_question"]
     print(f"| sampler | agent calls per question | ratio to FoF | generated tokens per question |  ({args.model}, "
           f"{args.questions} questions)")
