@@ -23,7 +23,7 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, System
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, Planner, System
 from masrl.systems import SYSTEMS
 from masrl.tasks import build_task
 from masrl.tasks.base import Task
@@ -38,7 +38,7 @@ class Engine:
     service: GenerationService
     task: Task
     system: System
-    rule: BranchRule
+    rule: BranchRule | Planner  # the sampler
     agents: Mapping[str, Agent]  # sampling agents (training)
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it

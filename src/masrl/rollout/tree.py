@@ -70,6 +70,12 @@ class BranchRule(Protocol):
     def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]: ...
 
 
+class Planner(Protocol):
+    """A sampler that picks, per task, the branch rules whose trees make its episode."""
+
+    def plans(self, task: TaskItem) -> Sequence[BranchRule]: ...
+
+
 @dataclass(frozen=True)
 class Parallel:
     """G independent episodes per task: branch only at the root."""
@@ -123,14 +129,8 @@ class IndependentSampling:
     group_size: int
     agents: int = 3
 
-    def plans(self, task: TaskItem) -> list[BranchRule]:
+    def plans(self, task: TaskItem) -> Sequence[BranchRule]:
         return [ForkAt(self.group_size, d) for d in range(self.agents)]
-
-    def width(self, depth: int, step: Step) -> int:  # only through plans()
-        raise RuntimeError("IndependentSampling grows one tree per plan; expand() calls plans()")
-
-    def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]:
-        raise RuntimeError("IndependentSampling grows one tree per plan; expand() calls plans()")
 
 
 @dataclass(frozen=True)
@@ -151,14 +151,8 @@ class RoundRobin:
         rng = random.Random(f"{self.seed}:{task.id}")
         return rng.choices(range(len(self.probs)), weights=self.probs)[0]
 
-    def plans(self, task: TaskItem) -> list[BranchRule]:
+    def plans(self, task: TaskItem) -> Sequence[BranchRule]:
         return [ForkAt(self.group_size, self.fork_depth(task))]
-
-    def width(self, depth: int, step: Step) -> int:
-        raise RuntimeError("RoundRobin draws a plan per task; expand() calls plans()")
-
-    def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]:
-        raise RuntimeError("RoundRobin draws a plan per task; expand() calls plans()")
 
 
 BRANCH_RULES = {
@@ -170,7 +164,9 @@ BRANCH_RULES = {
 }
 
 
-async def expand(system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule) -> Episode:
+async def expand(
+    system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner
+) -> Episode:
     calls: list[Call] = []  # appended parents first
 
     async def grow(state: Any, parent: str | None, depth: int, rule: BranchRule, first: int = 0) -> None:
@@ -193,7 +189,7 @@ async def expand(system: System, agents: Mapping[str, Agent], task: TaskItem, ru
         await asyncio.gather(*(grow(tr.state, call.id, depth + 1, rule) for call, tr in live))
 
     start = system.start(task)
-    plans = rule.plans(task) if hasattr(rule, "plans") else [rule]
+    plans = rule.plans(task) if hasattr(rule, "plans") else [rule]  # a Planner, or one BranchRule
     firsts = [0]  # the first root id of each plan's tree
     for plan in plans[:-1]:
         firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))
@@ -209,7 +205,7 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...]) -> tuple[Reply | 
 
 
 async def rollout(
-    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule
+    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner
 ) -> list[Episode]:
     """Expand every task's tree concurrently, so generation batches across tasks."""
     return list(await asyncio.gather(*(expand(system, agents, t, rule) for t in tasks)))
