@@ -9,10 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from masrl.systems.base import Built
+from masrl.systems.pipeline import build_pipeline
 from masrl.systems.puppeteer import build_puppeteer
 from masrl.systems.router import build_router
 from masrl.systems.single import build_single
 
 __all__ = ["SYSTEMS", "Built"]
 
-SYSTEMS: dict[str, Callable[..., Built]] = {"single": build_single, "router": build_router, "puppeteer": build_puppeteer}
+SYSTEMS: dict[str, Callable[..., Built]] = {
+    "single": build_single,
+    "router": build_router,
+    "pipeline": build_pipeline,
+    "puppeteer": build_puppeteer,
+}
