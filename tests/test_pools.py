@@ -90,6 +90,19 @@ def test_calls_count_attempts_per_item_and_reset_replays(items):
     assert ask(agent, item.question).text == replies[0]
 
 
+def test_attempt_counts_survive_a_state_dict_round_trip_through_json(items):
+    task_items = items[:5]
+    agent = simulated_pool(seed=0, task=task_items)["sim-weak"]
+    item = task_items[2]
+    first = [ask(agent, item.question).text for _ in range(2)]
+    saved = json.loads(json.dumps(agent.state_dict()))  # checkpoints keep it in meta.json
+    fresh = simulated_pool(seed=0, task=task_items)["sim-weak"]
+    fresh.load_state_dict(saved)
+    assert agent.reply_for(item, (), 2).text != first[0]  # so a fresh count (attempt 0) would show
+    assert ask(fresh, item.question).text == agent.reply_for(item, (), 2).text
+    assert fresh.state_dict() == {"attempts": {item.id: 3}}
+
+
 def test_finds_the_item_inside_a_longer_prompt_from_a_math_task():
     task = MathTask("basic_arithmetic", seed=0, difficulty="medium", chunk_size=20)
     agent = simulated_pool(seed=0, task=task)["sim-strong"]

@@ -60,6 +60,7 @@ def test_shipped_router_configs_run_two_steps(config, tmp_path, capsys):
     assert results[0]["method"] == "masrl controller" and results[0]["items"] == 6
     meta = read_meta(latest_checkpoint(run))
     assert set(meta["system"]) == {"sim-weak", "sim-medium", "sim-strong"}  # the multipliers travel with it
+    assert set(meta["frozen"]) == {"sim-weak", "sim-medium", "sim-strong"}  # and the agents' attempt counts
 
 
 def test_router_solver_baseline_config_runs(tmp_path):

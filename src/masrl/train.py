@@ -292,6 +292,8 @@ def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
     meta = {"data_position": step * engine.config.trainer.batch_size}
     if hasattr(engine.system, "state_dict"):  # e.g. the router's Lagrange multipliers
         meta["system"] = engine.system.state_dict()
+    # Frozen agents with state (a simulated agent's attempt counts) resume where they were.
+    meta["frozen"] = {n: a.state_dict() for n, a in engine.frozen.items() if hasattr(a, "state_dict")}
     save_checkpoint(run_dir, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
 
 
@@ -303,6 +305,9 @@ def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
     state = read_meta(ckpt).get("system")
     if state is not None and hasattr(engine.system, "load_state_dict"):
         engine.system.load_state_dict(state)
+    if not weights_only:
+        for name, agent_state in read_meta(ckpt).get("frozen", {}).items():
+            engine.frozen[name].load_state_dict(agent_state)
 
 
 def load_trained(run_dir: Path, model=None) -> Engine:

@@ -222,6 +222,13 @@ class SimulatedAgent:
         """Start every item's attempt count again from 0 (an eval replays the same draws)."""
         self._attempts.clear()
 
+    def state_dict(self) -> dict[str, dict[str, int]]:
+        """The attempt counts, saved in checkpoints so a resumed run draws what it would have."""
+        return {"attempts": dict(self._attempts)}
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, int]]) -> None:
+        self._attempts = defaultdict(int, {k: int(v) for k, v in state["attempts"].items()})
+
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         messages = tuple(messages)
         item = None
