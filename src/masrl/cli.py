@@ -101,7 +101,15 @@ def _eval(args) -> int:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
     items = engine.task.items("eval", 0, engine.config.eval.size)
-    if engine.pool:  # a router: the controller and the baselines under the usage caps
+    if engine.config.system.kind == "budget":  # the controller under each budget mode
+        from dataclasses import asdict
+
+        from masrl.budget.evaluation import evaluate_modes, modes_table
+
+        results = evaluate_modes(engine.system, engine.eval_agents, items, engine.config.budget.eval_modes)
+        print(modes_table(results, engine.system.experts))
+        summary = {"modes": [asdict(r) for r in results]}
+    elif engine.pool:  # a router: the controller and the baselines under the usage caps
         from dataclasses import asdict
 
         from masrl.routers.run import router_report, router_results

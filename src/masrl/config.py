@@ -52,7 +52,7 @@ class TaskConfig(Section):
 
 
 class SystemConfig(Section):
-    kind: Literal["single", "router"] = "single"
+    kind: Literal["single", "router", "budget"] = "single"
     prompt: str = Field(
         "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
         description="system prompt of the single agent",
@@ -102,6 +102,39 @@ class RouterConfig(Section):
         "(single, random, classifier, knn)",
     )
     label_items: int = Field(600, ge=1, description="training items labelled with pool correctness for baselines")
+
+
+class PriceConfig(Section):
+    input_per_1k: float = Field(0.0, ge=0.0, description="dollars per 1k input tokens")
+    output_per_1k: float = Field(0.0, ge=0.0, description="dollars per 1k output tokens")
+
+
+class BudgetConfig(Section):
+    """The budget-controllable controller (system.kind=budget; corl-budget-controller.txt, sec. 3.3)."""
+
+    experts: Literal["simulated", "pool"] = Field(
+        "simulated", description="simulated: the priced three-expert SIMULATED pool (masrl/pools/priced.py); "
+        "pool: the experts of the pool section, cheapest first"
+    )
+    modes: dict[str, float] = Field(
+        default_factory=lambda: {"low": 0.001, "medium": 0.006, "high": 1000.0},
+        description="budget mode -> budget B in dollars per query (paper appendix A: 0.001 / 0.006 / 1000)",
+    )
+    mode_probs: dict[str, float] = Field(
+        default_factory=dict, description="training draw weight per mode; unlisted modes weigh 1"
+    )
+    reward: Literal["hard", "soft"] = Field(
+        "hard", description="hard: r_perf * [cost <= B] (paper eq. 7); soft: r_perf - soft_penalty * cost / B"
+    )
+    soft_penalty: float = Field(0.5, ge=0.0, description="soft reward: penalty per budget spent")
+    format_weight: float = Field(0.0, ge=0.0, description="reward for a well-formed final action (paper: none)")
+    max_rounds: int = Field(3, ge=1, description="R: controller rounds per episode; the last must answer")
+    prefill: str = Field("", description="text the controller's reply starts with (part of its prompt)")
+    prices: dict[str, PriceConfig] = Field(
+        default_factory=dict, description="price table overrides per agent (experts, or 'controller'); "
+        "default: each expert's own price"
+    )
+    eval_modes: list[str] = Field(default_factory=list, description="modes evaluated; default all")
 
 
 class SamplerConfig(Section):
@@ -190,6 +223,7 @@ class Config(Section):
     system: SystemConfig = SystemConfig()
     pool: PoolConfig = PoolConfig()
     router: RouterConfig = RouterConfig()
+    budget: BudgetConfig = BudgetConfig()
     sampler: SamplerConfig = SamplerConfig()
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
@@ -214,6 +248,18 @@ class Config(Section):
             raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
         if self.algo.advantage == "gae" and self.model.lora_rank == 0:
             raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
+        if not self.budget.modes or any(b <= 0 for b in self.budget.modes.values()):
+            raise ValueError("budget.modes needs at least one mode, each with a budget > 0 dollars")
+        for key, names in (("mode_probs", self.budget.mode_probs), ("eval_modes", self.budget.eval_modes)):
+            unknown_modes = set(names) - set(self.budget.modes)
+            if unknown_modes:
+                raise ValueError(f"budget.{key} names unknown modes {sorted(unknown_modes)}; modes: {list(self.budget.modes)}")
+        if any(p < 0 for p in self.budget.mode_probs.values()) or (
+            self.budget.mode_probs and sum(self.budget.mode_probs.get(m, 1.0) for m in self.budget.modes) <= 0
+        ):
+            raise ValueError("budget.mode_probs must be >= 0 and not all 0")
+        if self.system.kind == "budget" and self.budget.experts == "pool" and self.pool.kind == "agents" and not self.pool.agents:
+            raise ValueError("budget.experts 'pool' with pool.kind 'agents' needs pool.agents: the experts, cheapest first")
         unknown = set(self.reward.weights) - {"correct", "format"}
         if unknown:
             raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
