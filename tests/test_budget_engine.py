@@ -54,23 +54,11 @@ def expert_spans(row: list[int], expert_ids: list[list[int]]) -> set[int]:
     return out
 
 
-def test_expert_tokens_receive_exactly_zero_gradient(tmp_path):
-    """Run the real update on interleaved CoRL episodes and read the gradient of the loss with respect to
-    every logit the update computed: a position's token is trained iff that gradient is non-zero. Every
-    controller token must get one; every expert token (inside later rounds' context) must get exactly 0."""
-    engine, episodes = calling_engine(tmp_path, "algo.kl_coef=0.5")
-    tok = engine.model.tokenizer
-    expert_calls = [c for ep in episodes for c in ep.calls if c.role == "expert"]
-    assert len(expert_calls) == 8  # 2 tasks x 2 samples x 2 calls
-    # the expert's reply as it sits in the next round's prompt (tokenised in context by the chat template)
-    expert_ids = [tok(c.reply.text.strip(), add_special_tokens=False)["input_ids"] for c in expert_calls]
-    ctrl = [c for ep in episodes for c in ep.calls if c.reply is not None and c.reply.trainable]
-    assert len(ctrl) == 12 and all(c.agent == "controller" for c in ctrl)
-    samples = [Sample("controller", c.reply.prompt_ids, c.reply.response_ids, 1.0 if i % 2 else -1.0)
-               for i, c in enumerate(ctrl)]  # fmt: skip
-    later = [s for s in samples if expert_spans(list(s.prompt_ids), expert_ids)]
-    assert len(later) == 8  # rounds 2 and 3 carry expert replies in their context
+def logit_gradients(engine, samples: list[Sample]) -> list[tuple[Sample, list[int], int, dict[int, float]]]:
+    """One real policy update on `samples`, reading the gradient of the loss at every logit it computed.
 
+    Returns per sample: its row of token ids, where its response starts, and for each position whose
+    token some logit predicts, the gradient magnitude reaching that logit (0 = the token is not trained)."""
     captured: list[torch.Tensor] = []
 
     def keep_logits(module, inputs, output):
@@ -78,35 +66,58 @@ def test_expert_tokens_receive_exactly_zero_gradient(tmp_path):
             output.retain_grad()
             captured.append(output)
 
-    head = engine.model.model.get_output_embeddings()
-    handle = head.register_forward_hook(keep_logits)
+    handle = engine.model.model.get_output_embeddings().register_forward_hook(keep_logits)
     try:
-        learner = engine.learners["controller"]
-        learner.update(samples)
+        engine.learners["controller"].update(samples)
     finally:
         handle.remove()
-
     batches = micro_batches(samples, engine.config.trainer.micro_batch)
     assert len(captured) == len(batches)
-    checked_expert = 0
+    out = []
     for logits, mb in zip(captured, batches):
         ids, _, _, p_len, _ = engine.model._layout([s.prompt_ids for s in mb], [s.response_ids for s in mb])
         width, kept = ids.shape[1], logits.shape[1]
-        grad = logits.grad.abs().sum(-1)  # [B, kept]: gradient reaching the logits that predict each position
+        grad = logits.grad.abs().sum(-1)  # [B, kept]
         for b, s in enumerate(mb):
-            row = ids[b].tolist()
             # logit k is read at position width-kept+k and predicts the token at the next position
             predicted = {width - kept + k + 1: float(grad[b, k]) for k in range(kept) if width - kept + k + 1 < width}
-            controller = set(range(p_len, p_len + len(s.response_ids)))
-            experts = expert_spans(row, expert_ids)
-            assert controller and not controller & experts
-            for pos in controller:
-                assert predicted[pos] > 0.0, "a controller token got no gradient"
-            for pos in experts:
-                assert predicted.get(pos, 0.0) == 0.0, "an expert token was trained"
-                checked_expert += 1
-            assert {p for p, g in predicted.items() if g != 0.0} == controller
+            out.append((s, ids[b].tolist(), p_len, predicted))
+    return out
+
+
+def test_expert_tokens_receive_exactly_zero_gradient(tmp_path):
+    """Run the real update (KL on) on interleaved CoRL episodes and read the gradient of the loss with respect
+    to every logit the update computed: a position's token is trained iff that gradient is non-zero. Every
+    controller token must get one; every expert token (inside later rounds' context) exactly 0. A control
+    batch whose responses wrongly include the expert's tokens shows the check sees them when they are trained."""
+    engine, episodes = calling_engine(tmp_path, "algo.kl_coef=0.5")
+    tok = engine.model.tokenizer
+    expert_calls = [c for ep in episodes for c in ep.calls if c.role == "expert"]
+    assert len(expert_calls) == 8  # 2 tasks x 2 samples x 2 calls
+    # the expert's reply as it sits in the next round's prompt
+    expert_ids = [tok(c.reply.text.strip(), add_special_tokens=False)["input_ids"] for c in expert_calls]
+    ctrl = [c for ep in episodes for c in ep.calls if c.reply is not None and c.reply.trainable]
+    assert len(ctrl) == 12 and all(c.agent == "controller" for c in ctrl)
+    samples = [Sample("controller", c.reply.prompt_ids, c.reply.response_ids, 1.0 if i % 2 else -1.0)
+               for i, c in enumerate(ctrl)]  # fmt: skip
+    assert sum(bool(expert_spans(list(s.prompt_ids), expert_ids)) for s in samples) == 8  # rounds 2 and 3
+
+    checked_expert = 0
+    for s, row, p_len, predicted in logit_gradients(engine, samples):
+        controller = set(range(p_len, p_len + len(s.response_ids)))
+        experts = expert_spans(row, expert_ids)
+        assert controller and not controller & experts
+        assert all(predicted[pos] > 0.0 for pos in controller), "a controller token got no gradient"
+        assert all(predicted.get(pos, 0.0) == 0.0 for pos in experts), "an expert token was trained"
+        assert {p for p, g in predicted.items() if g != 0.0} == controller
+        checked_expert += len(experts)
     assert checked_expert > 0
+
+    # control: the same round-2 samples with the expert reply unmasked (appended to the response)
+    leaky = [Sample("controller", s.prompt_ids, s.response_ids + tuple(expert_ids[0]), s.advantage) for s in samples[:2]]
+    for s, row, p_len, predicted in logit_gradients(engine, leaky):
+        tail = range(p_len + len(s.response_ids) - len(expert_ids[0]), p_len + len(s.response_ids))
+        assert all(predicted[pos] > 0.0 for pos in tail)
 
 
 def test_value_head_loss_falls_on_a_fixed_batch_of_budget_episodes(tmp_path):
