@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from masrl.algos.gae import token_gae, trajectories
-from masrl.budget.evaluation import modes_table, summarise_mode
+from masrl.budget.evaluation import modes_table, subsets_table, summarise_mode
 from masrl.pools.priced import CORL_EXPERTS, PAPER_PRICES, priced_pool
 from masrl.rollout.tree import Parallel, expand
 from masrl.systems.budget import (
@@ -274,7 +274,8 @@ def test_priced_pool_bills_hidden_tokens_at_paper_prices():
 
 # ---------------------------------------------------------------- per-mode evaluation
 def test_summarise_mode_against_hand_counts():
-    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
+    levels = ["easy", "hard", "hard", "easy"]
+    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i), {"level": levels[i]}) for i in range(4)]
     scripts = [
         ["<answer>0</answer>"],  # alone, right
         ["<call>cheap</call>", "<answer>2</answer>"],  # cheap, right
@@ -294,6 +295,19 @@ def test_summarise_mode_against_hand_counts():
     assert r.hard_reward == 0.5  # the two right answers are within budget
     table = modes_table([r], EXPERTS)
     assert "| medium | 0.006 | 0.500 |" in table and "calls pricey" in table
+    # per level: easy = alone right + format failure (no cost); hard = cheap right + pricey wrong
+    assert r.by_subset["easy"] == {"items": 2.0, "accuracy": 0.5, "mean_cost": 0.0, "total_cost": 0.0}
+    assert r.by_subset["hard"]["accuracy"] == 0.5 and r.by_subset["hard"]["mean_cost"] == pytest.approx(0.0525 / 2)
+    assert "| medium | 0.500 | 0.500 | 0.00000 | 0.02625 |" in subsets_table([r])
+
+
+def test_the_answer_body_is_read_by_the_task():
+    from masrl.tasks.math import MathTask
+
+    sys_ = system(task_family=MathTask("basic_arithmetic", seed=0), fixed_mode="low")
+    ctrl = Scripted("controller", ["<answer>The answer is $42.</answer>"], 10, 5)
+    ep = run(sys_, {"controller": ctrl}, TaskItem("q", "What is 40 + 2?", "42"))
+    assert ep.calls[0].rewards["correct"] == 1.0
 
 
 def test_training_metrics_per_mode():

@@ -36,6 +36,12 @@ class ModeEval:
     format_errors: float
     failed: int  # episodes a backend failure ended
     hard_reward: float
+    by_subset: dict[str, dict[str, float]]  # item level / dataset -> items, accuracy, mean_cost, total_cost
+
+
+def subset_of(item: TaskItem) -> str:
+    """Which part of the eval set an item belongs to: its level (mixed math), its dataset, or "all"."""
+    return str(item.metadata.get("level") or item.metadata.get("source_dataset") or "all")
 
 
 def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], experts: Sequence[str]) -> ModeEval:
@@ -45,6 +51,7 @@ def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], expert
     calls = {e: 0 for e in experts}
     correct = alone = over = fmt = hard = failed = 0.0
     total = 0.0
+    subsets: dict[str, dict[str, float]] = {}
     for ep in episodes:
         path = ep.path(ep.leaves()[0]) if ep.calls else []
         final = path[-1] if path else None
@@ -56,9 +63,13 @@ def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], expert
         cost = final.rewards.get("cost", ep.cost) if final is not None and final.done and not final.failed else ep.cost
         total += cost
         over += cost > budget
+        sub = subsets.setdefault(subset_of(ep.task), {"items": 0.0, "accuracy": 0.0, "total_cost": 0.0})
+        sub["items"] += 1
+        sub["total_cost"] += cost
         if final is None or final.failed:
             failed += 1
             continue
+        sub["accuracy"] += final.rewards.get("correct", 0.0)
         correct += final.rewards.get("correct", 0.0)
         alone += final.rewards.get("answered_alone", 0.0)
         fmt += final.rewards.get("format_error", 0.0)
@@ -67,6 +78,8 @@ def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], expert
         mode, budget, len(episodes), correct / n, total / n, total,
         {e: v / n for e, v in called_any.items()}, {e: v / n for e, v in calls.items()},
         alone / n, over / n, fmt / n, int(failed), hard / n,
+        {k: {"items": v["items"], "accuracy": v["accuracy"] / v["items"], "mean_cost": v["total_cost"] / v["items"],
+             "total_cost": v["total_cost"]} for k, v in sorted(subsets.items())},
     )  # fmt: skip
 
 
@@ -98,6 +111,19 @@ def modes_table(results: Sequence[ModeEval], experts: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def subsets_table(results: Sequence[ModeEval]) -> str:
+    """Accuracy and mean cost per query for each part of the eval set (e.g. level), one row per mode."""
+    names = sorted({k for r in results for k in r.by_subset})
+    head = ["mode", *[f"{k} acc" for k in names], *[f"{k} $/query" for k in names]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [r.mode]
+        cells += [f"{r.by_subset[k]['accuracy']:.3f}" if k in r.by_subset else "-" for k in names]
+        cells += [f"{r.by_subset[k]['mean_cost']:.5f}" if k in r.by_subset else "-" for k in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot_cost_accuracy(results: Sequence[ModeEval], path: Path) -> Path:
     """Accuracy against mean cost per query, one labelled point per mode."""
     import matplotlib
@@ -121,7 +147,13 @@ def plot_cost_accuracy(results: Sequence[ModeEval], path: Path) -> Path:
 
 def write_budget_results(run_dir: Path, results: Sequence[ModeEval], experts: Sequence[str]) -> str:
     """budget_results.md / .json and cost_accuracy.png in the run directory; returns the table text."""
-    text = f"Budget modes on {results[0].items} held-out items (greedy {CONTROLLER})\n" + modes_table(results, experts)
+    text = "\n".join([
+        f"Budget modes on {results[0].items} held-out items (greedy {CONTROLLER}); 'calls X': share of queries calling X",
+        modes_table(results, experts),
+        "",
+        "By part of the eval set:",
+        subsets_table(results),
+    ])
     (run_dir / "budget_results.md").write_text(text + "\n")
     (run_dir / "budget_results.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
     plot_cost_accuracy(results, run_dir / "cost_accuracy.png")

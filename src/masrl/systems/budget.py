@@ -274,12 +274,16 @@ class BudgetSystem:
         if action.kind == "call":
             nxt = replace(state, cost=cost, pending=action, pending_text=text)
             return Transition(nxt, action, {}, 0.0, done=False)
-        correct = action.kind == "answer" and self.task_family.score(state.task, action.answer) > 0
+        correct = action.kind == "answer" and self.task_family.score(state.task, self._answer(action.answer)) > 0
         terms = budget_reward(correct, cost, state.mode.budget, action.kind != "format_error", self.rewards)
         reward = terms.pop("reward")
         terms["expert_calls"] = float(len(state.history))
         terms["answered_alone"] = float(action.kind == "answer" and not state.history)
         return Transition(replace(state, cost=cost), action, terms, reward, done=True)
+
+    def _answer(self, body: str) -> str:
+        """The task's reading of the <answer> body ("x = 42" -> "x = 42", "$42" -> "42"), else the body."""
+        return self.task_family.extract_answer(f"<answer>{body}</answer>") or body
 
     # -- between steps
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
