@@ -324,3 +324,40 @@ def test_training_metrics_per_mode():
 def test_unknown_fixed_mode_is_an_error():
     with pytest.raises(ValueError, match="unknown budget mode"):
         system(fixed_mode="lavish")
+
+
+# ---------------------------------------------------------------- decide-first protocol
+def test_decide_first_answers_alone_in_two_prefilled_calls():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["none</call>", "2</answer>"], 10, 5)
+    ep = run(system(fixed_mode="low", decide_first=True), {"controller": ctrl}, item)
+    assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("answer", 1)]
+    assert ctrl.seen[0][-1] == Message("assistant", "<call>") and "<call>none</call>" in ctrl.seen[0][0].content
+    assert [m.content for m in ctrl.seen[1][-3:]] == ["<call>none</call>", "Now give the final answer as <answer>ANSWER</answer>.", "<answer>"]
+    final = ep.calls[-1]
+    assert final.rewards["answered_alone"] == 1.0 and final.reward == 1.0 and ep.calls[0].reward == 0.0
+
+
+def test_decide_first_calls_then_answers_in_the_last_round():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["cheap</call>", "2</answer>"], 10, 5)
+    cheap = Scripted("cheap", ["It is <answer>2</answer>."], 100, 50)
+    ep = run(system(fixed_mode="low", decide_first=True, max_rounds=2), {"controller": ctrl, "cheap": cheap}, item)
+    assert [(c.agent, c.role, c.turn) for c in ep.calls] == [
+        ("controller", "controller", 1), ("cheap", "expert", 1), ("controller", "answer", 2)]
+    assert ctrl.seen[1][-1] == Message("assistant", "<answer>") and "No more calls" in ctrl.seen[1][-2].content
+    final = ep.calls[-1]
+    assert final.rewards["cost"] == pytest.approx(0.0025) and final.reward == 0.0  # over the low budget
+    assert final.rewards["correct"] == 1.0 and final.rewards["expert_calls"] == 1.0
+
+
+@pytest.mark.parametrize("decision", ["nobody</call>", "</call>", "gibberish"])
+def test_decide_first_bad_decisions_are_format_failures(decision):
+    ctrl = Scripted("controller", [decision], 10, 5)
+    ep = run(system(fixed_mode="high", decide_first=True), {"controller": ctrl}, TaskItem("q", "1 + 1?", "2"))
+    assert len(ep.calls) == 1 and ep.calls[0].done and ep.calls[0].rewards["format_error"] == 1.0
+
+
+def test_none_is_an_unknown_expert_in_the_free_protocol():
+    assert parse_action("<call>none</call>", EXPERTS, can_call=True).kind == "format_error"
+    assert parse_action("<call>None</call>", EXPERTS, can_call=True, alone="none").kind == "alone"

@@ -129,7 +129,11 @@ class BudgetConfig(Section):
     soft_penalty: float = Field(0.5, ge=0.0, description="soft reward: penalty per budget spent")
     format_weight: float = Field(0.0, ge=0.0, description="reward for a well-formed final action (paper: none)")
     max_rounds: int = Field(3, ge=1, description="R: controller rounds per episode; the last must answer")
-    prefill: str = Field("", description="text the controller's reply starts with (part of its prompt)")
+    protocol: Literal["free", "decide"] = Field(
+        "free", description="free: reason, then <answer> or <call> (the paper); decide: each round's reply is "
+        "prefilled <call> and names an expert or 'none', then a prefilled <answer> call (small controllers)"
+    )
+    prefill: str = Field("", description="protocol free: text the controller's reply starts with (part of its prompt)")
     prices: dict[str, PriceConfig] = Field(
         default_factory=dict, description="price table overrides per agent (experts, or 'controller'); "
         "default: each expert's own price"

@@ -15,6 +15,12 @@ The first complete tag wins. Anything else (no tag, an unknown expert, a call
 in the last round) is a *format failure*: the episode ends unanswered, never
 an exception.
 
+`decide_first` is the same protocol with the decision made a tag choice, for
+controllers too small to write the tags unprompted (SmolLM2-135M writes them
+in under 1 sample in 10): each round's reply is prefilled with `<call>` and
+names an expert or `none`; after `none` (and in the last round) a second
+controller call, role "answer", is prefilled with `<answer>`.
+
 Cost (sec. 3.3): every call is priced from a price table (dollars per 1k input
 and output tokens) on the tokens the backend reported, and summed over the
 episode's path. Rewards at the final controller call:
@@ -51,6 +57,14 @@ from masrl.types import Episode, Message, Price, Reply, TaskItem
 CONTROLLER = "controller"
 PAPER_BUDGETS = {"low": 0.001, "medium": 0.006, "high": 1000.0}  # dollars per query, appendix A
 
+DECIDE_PROMPT = (
+    "You coordinate paid experts to solve a math problem. First decide who solves it: ask one expert as "
+    "<call>EXPERT: your question</call>, or write <call>none</call> to solve it yourself. Experts, cheapest "
+    "first: {experts}. {mode}"
+)
+ANSWER_NOW = "Now give the final answer as <answer>ANSWER</answer>."
+ALONE = "none"  # decide_first: the controller answers itself
+ANSWER = "answer"  # decide_first: the role of the answering call
 SYSTEM_PROMPT = (
     "You coordinate paid experts to solve a math problem. Think briefly, then do one of two things: "
     "answer yourself as <answer>ANSWER</answer>, or ask one expert as <call>EXPERT: your question</call> "
@@ -109,7 +123,7 @@ def path_cost(prices: Mapping[str, Price], calls: Sequence) -> float:
 # ---------------------------------------------------------------- the action
 @dataclass(frozen=True)
 class Action:
-    """One parsed controller output. kind: "answer", "call" or "format_error"."""
+    """One parsed controller output. kind: "answer", "call", "alone" (decide_first) or "format_error"."""
 
     kind: str
     answer: str | None = None
@@ -133,8 +147,10 @@ def match_expert(name: str, experts: Sequence[str]) -> str | None:
     return partial[0] if len(partial) == 1 else None
 
 
-def parse_action(text: str, experts: Sequence[str], can_call: bool) -> Action:
-    """The controller's decision in `text`; never raises. The first complete tag decides."""
+def parse_action(text: str, experts: Sequence[str], can_call: bool, alone: str | None = None) -> Action:
+    """The controller's decision in `text`; never raises. The first complete tag decides.
+
+    With `alone` set (decide_first), `<call>ALONE</call>` is the choice to answer itself: kind "alone"."""
     found = _TAG.search(text)
     if found is None:
         return Action("format_error", reason="no <answer> or <call> tag")
@@ -144,6 +160,8 @@ def parse_action(text: str, experts: Sequence[str], can_call: bool) -> Action:
             return Action("format_error", reason="empty <answer>")
         return Action("answer", answer=body)
     name, _, query = body.partition(":")
+    if alone is not None and name.strip().strip("\"'`").strip().lower() == alone:
+        return Action("alone")
     expert = match_expert(name, experts)
     if expert is None:
         return Action("format_error", reason=f"unknown expert {name.strip()[:40]!r}")
@@ -197,6 +215,7 @@ class BudgetState:
     history: tuple[Consultation, ...] = ()
     pending: Action | None = None  # a call waiting for its expert
     pending_text: str = ""
+    answering: str | None = None  # decide_first: the round's decision text, when it chose to answer alone
 
 
 @dataclass(frozen=True)
@@ -211,6 +230,7 @@ class BudgetSystem:
     prefill: str = ""  # text the controller's reply starts with (part of its prompt)
     seed: int = 0
     fixed_mode: str | None = None  # evaluation: every task in this mode
+    decide_first: bool = False  # the decision as a prefilled <call> choice (module docstring)
     policy: str = CONTROLLER
 
     def __post_init__(self):
@@ -239,18 +259,32 @@ class BudgetSystem:
     def next_step(self, state: BudgetState) -> Step:
         if state.pending is not None:
             return Step(state.pending.expert, "expert", state.round, self.expert_messages(state), branch=False)
-        return Step(self.policy, CONTROLLER, state.round, self.controller_messages(state))
+        role = ANSWER if self._answering(state) else CONTROLLER
+        return Step(self.policy, role, state.round, self.controller_messages(state))
+
+    def _answering(self, state: BudgetState) -> bool:
+        """decide_first: this controller call must answer (it chose to, or no calls are left)."""
+        return self.decide_first and (state.answering is not None or state.round >= self.max_rounds)
+
+    def _prefill(self, state: BudgetState) -> str:
+        if not self.decide_first:
+            return self.prefill
+        return "<answer>" if self._answering(state) else "<call>"
 
     def controller_messages(self, state: BudgetState) -> tuple[Message, ...]:
         """System (protocol, priced experts, mode), the problem, then each earlier round and its expert reply."""
         shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e for e in self.experts)
-        system = SYSTEM_PROMPT.format(experts=shown, mode=state.mode.instruction())
+        template = DECIDE_PROMPT if self.decide_first else SYSTEM_PROMPT
+        system = template.format(experts=shown, mode=state.mode.instruction())
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
         for i, past in enumerate(state.history, start=2):
             template = REPLY_LAST if i >= self.max_rounds else REPLY_NEXT
             messages += [Message("assistant", past.controller), Message("user", template.format(expert=past.expert, reply=past.reply))]
-        if self.prefill:
-            messages.append(Message("assistant", self.prefill))
+        if state.answering is not None:
+            messages += [Message("assistant", state.answering), Message("user", ANSWER_NOW)]
+        prefill = self._prefill(state)
+        if prefill:
+            messages.append(Message("assistant", prefill))
         return tuple(messages)
 
     def expert_messages(self, state: BudgetState) -> tuple[Message, ...]:
@@ -268,12 +302,17 @@ class BudgetSystem:
             nxt = replace(state, round=state.round + 1, cost=state.cost + spent, history=state.history + (past,),
                           pending=None, pending_text="")  # fmt: skip
             return Transition(nxt, None, {"call_cost": spent}, 0.0, done=False)
-        text = self.prefill + reply.text
-        action = parse_action(text, self.experts, can_call=state.round < self.max_rounds)
+        text = self._prefill(state) + reply.text
+        alone = ALONE if self.decide_first else None
+        action = parse_action(text, self.experts, can_call=state.round < self.max_rounds, alone=alone)
+        if self._answering(state) and action.kind == "call":
+            action = Action("format_error", expert=action.expert, reason="a call where an answer is due")
         cost = state.cost + spent
         if action.kind == "call":
             nxt = replace(state, cost=cost, pending=action, pending_text=text)
             return Transition(nxt, action, {}, 0.0, done=False)
+        if action.kind == "alone":
+            return Transition(replace(state, cost=cost, answering=text), action, {}, 0.0, done=False)
         correct = action.kind == "answer" and self.task_family.score(state.task, self._answer(action.answer)) > 0
         terms = budget_reward(correct, cost, state.mode.budget, action.kind != "format_error", self.rewards)
         reward = terms.pop("reward")
@@ -329,7 +368,10 @@ def build_budget(config, task: Task) -> Built:
     modes = tuple(BudgetMode(name, float(B)) for name, B in b.modes.items())
     probs = tuple(float(b.mode_probs.get(m.name, 1.0)) for m in modes)
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)
+    if b.protocol == "decide" and b.prefill:
+        raise ConfigError("budget.prefill applies to protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
     system = BudgetSystem(
         task, tuple(pool), prices, modes, probs, rewards, b.max_rounds, b.prefill, config.run.seed,
+        decide_first=b.protocol == "decide",
     )  # fmt: skip
     return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</call>", "</answer>"))
