@@ -332,7 +332,7 @@ def test_decide_first_answers_alone_in_two_prefilled_calls():
     ctrl = Scripted("controller", ["none</call>", "2</answer>"], 10, 5)
     ep = run(system(fixed_mode="low", decide_first=True), {"controller": ctrl}, item)
     assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("answer", 1)]
-    assert ctrl.seen[0][-1] == Message("assistant", "<call>") and "<call>none</call>" in ctrl.seen[0][0].content
+    assert ctrl.seen[0][-1] == Message("assistant", "<call>") and "<call>none</call>, <call>cheap</call>" in ctrl.seen[0][0].content
     assert [m.content for m in ctrl.seen[1][-3:]] == ["<call>none</call>", "Now give the final answer as <answer>ANSWER</answer>.", "<answer>"]
     final = ep.calls[-1]
     assert final.rewards["answered_alone"] == 1.0 and final.reward == 1.0 and ep.calls[0].reward == 0.0

@@ -31,8 +31,9 @@ SMALL = (
     "eval.max_new_tokens=6",
     "eval.size=3",
 )
-# The untrained tiny model writes no tags; a prefilled call makes every round but the last ask an expert.
-CALLING = ("budget.prefill=<call>sim-nano: check this</call>", "budget.max_rounds=3")
+# The untrained tiny model writes no tags; in the free protocol a prefilled call makes every round but
+# the last ask an expert (two calls, then a format failure).
+CALLING = ("budget.protocol=free", "budget.prefill=<call>sim-nano: check this</call>", "budget.max_rounds=3")
 
 
 def calling_engine(tmp_path, *extra):
@@ -152,22 +153,36 @@ def read_jsonl(path):
 @pytest.mark.parametrize("config", ["budget-ppo", "budget-grpo"])
 def test_shipped_budget_configs_run_two_steps(config, tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", config, *SMALL, *CALLING, f"run.dir={run}"]) == 0
+    assert main(["train", config, *SMALL, f"run.dir={run}"]) == 0
     out = capsys.readouterr().out
     assert "| mode | budget $ | accuracy |" in out and "| low | 0.001 |" in out and "| high | 1000 |" in out
     rows = read_jsonl(run / "metrics.jsonl")
     train = [r for r in rows if r["kind"] == "train"]
-    assert len(train) == 2 and all(r["cost"] > 0 and "reward/hard" in r and "reward/soft" in r for r in train)
+    assert len(train) == 2 and all("reward/hard" in r and "reward/soft" in r for r in train)
     assert any(k.startswith("mode/") for k in train[0])
     if config == "budget-ppo":
         assert all("critic/value_loss" in r for r in train)
     evals = [r for r in rows if r["kind"] == "eval"]
-    assert "eval/mode/low/mean_cost" in evals[-1] and "eval/mode/high/call_ratio/sim-nano" in evals[-1]
+    assert "eval/mode/low/mean_cost" in evals[-1] and "eval/mode/high/call_ratio/sim-strong" in evals[-1]
     results = json.loads((run / "budget_results.json").read_text())
-    assert [r["mode"] for r in results] == ["low", "medium", "high"]
+    assert [r["mode"] for r in results] == ["low", "medium", "high"] and all(r["items"] == 3 for r in results)
+    assert (run / "cost_accuracy.png").stat().st_size > 0
+    assert (run / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.parametrize("config", ["budget-ppo", "budget-grpo"])
+def test_budget_runs_with_expert_calls_log_cost_per_mode(config, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", config, *SMALL, *CALLING, f"run.dir={run}", "eval.before=false"]) == 0
+    rows = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in rows if r["kind"] == "train"]
+    assert all(r["cost"] > 0 and r["reward/expert_calls"] == 2.0 for r in train)
+    modes = {k.split("/")[1] for k in train[0] if k.startswith("mode/")}
+    assert modes and all(train[0][f"mode/{m}/cost"] > 0 for m in modes)
+    results = json.loads((run / "budget_results.json").read_text())
     # every item calls sim-nano twice, then fails to answer: same spend in every mode
     assert all(r["call_ratio"]["sim-nano"] == 1.0 and r["calls_per_query"]["sim-nano"] == 2.0 for r in results)
-    assert (run / "cost_accuracy.png").stat().st_size > 0
+    assert all(r["mean_cost"] > 0 and r["answered_alone"] == 0.0 and r["format_errors"] == 1.0 for r in results)
 
 
 def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
@@ -193,6 +208,7 @@ def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
         ("budget.mode_probs={lavish: 1}", "unknown modes ['lavish']"),
         ("budget.eval_modes=[cheap]", "unknown modes ['cheap']"),
         ("budget.reward=linear", "budget.reward"),
+        ("budget.prefill=<", "protocol 'decide' prefills"),
     ],
 )
 def test_budget_config_mistakes_are_clear(override, message, tmp_path, capsys):

@@ -262,6 +262,8 @@ class Config(Section):
             self.budget.mode_probs and sum(self.budget.mode_probs.get(m, 1.0) for m in self.budget.modes) <= 0
         ):
             raise ValueError("budget.mode_probs must be >= 0 and not all 0")
+        if self.budget.protocol == "decide" and self.budget.prefill:
+            raise ValueError("budget.prefill applies to protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
         if self.system.kind == "budget" and self.budget.experts == "pool" and self.pool.kind == "agents" and not self.pool.agents:
             raise ValueError("budget.experts 'pool' with pool.kind 'agents' needs pool.agents: the experts, cheapest first")
         unknown = set(self.reward.weights) - {"correct", "format"}

@@ -58,9 +58,8 @@ CONTROLLER = "controller"
 PAPER_BUDGETS = {"low": 0.001, "medium": 0.006, "high": 1000.0}  # dollars per query, appendix A
 
 DECIDE_PROMPT = (
-    "You coordinate paid experts to solve a math problem. First decide who solves it: ask one expert as "
-    "<call>EXPERT: your question</call>, or write <call>none</call> to solve it yourself. Experts, cheapest "
-    "first: {experts}. {mode}"
+    "Decide who solves the math problem: {options}. none means you solve it yourself; the others are paid "
+    "experts, cheapest first ({prices}). {mode}"
 )
 ANSWER_NOW = "Now give the final answer as <answer>ANSWER</answer>."
 ALONE = "none"  # decide_first: the controller answers itself
@@ -274,8 +273,12 @@ class BudgetSystem:
     def controller_messages(self, state: BudgetState) -> tuple[Message, ...]:
         """System (protocol, priced experts, mode), the problem, then each earlier round and its expert reply."""
         shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e for e in self.experts)
-        template = DECIDE_PROMPT if self.decide_first else SYSTEM_PROMPT
-        system = template.format(experts=shown, mode=state.mode.instruction())
+        if self.decide_first:  # the options written as the tags to copy, as a small model needs them
+            options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *self.experts))
+            prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in self.experts if e in self.prices)
+            system = DECIDE_PROMPT.format(options=options, prices=prices, mode=state.mode.instruction())
+        else:
+            system = SYSTEM_PROMPT.format(experts=shown, mode=state.mode.instruction())
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
         for i, past in enumerate(state.history, start=2):
             template = REPLY_LAST if i >= self.max_rounds else REPLY_NEXT
@@ -368,8 +371,6 @@ def build_budget(config, task: Task) -> Built:
     modes = tuple(BudgetMode(name, float(B)) for name, B in b.modes.items())
     probs = tuple(float(b.mode_probs.get(m.name, 1.0)) for m in modes)
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)
-    if b.protocol == "decide" and b.prefill:
-        raise ConfigError("budget.prefill applies to protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
     system = BudgetSystem(
         task, tuple(pool), prices, modes, probs, rewards, b.max_rounds, b.prefill, config.run.seed,
         decide_first=b.protocol == "decide",
