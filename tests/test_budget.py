@@ -338,6 +338,16 @@ def test_decide_first_answers_alone_in_two_prefilled_calls():
     assert final.rewards["answered_alone"] == 1.0 and final.reward == 1.0 and ep.calls[0].reward == 0.0
 
 
+def test_decide_first_chooses_again_after_a_reply():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["cheap</call>", "none</call>", "2</answer>"], 10, 5)
+    cheap = Scripted("cheap", ["It is <answer>2</answer>."], 100, 50)
+    ep = run(system(fixed_mode="high", decide_first=True, max_rounds=3), {"controller": ctrl, "cheap": cheap}, item)
+    assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("expert", 1), ("controller", 2), ("answer", 2)]
+    assert "Choose again: <call>none</call>" in ctrl.seen[1][-2].content and ctrl.seen[1][-1].content == "<call>"
+    assert ep.calls[-1].reward == 1.0 and ep.calls[-1].rewards["answered_alone"] == 0.0
+
+
 def test_decide_first_calls_then_answers_in_the_last_round():
     item = TaskItem("q", "What is 1 + 1?", "2")
     ctrl = Scripted("controller", ["cheap</call>", "2</answer>"], 10, 5)

@@ -79,6 +79,7 @@ GENERIC_MODE_TEXT = "Budget mode: {name} (at most ${budget:g} per problem)."
 EXPERT_PROMPT = "You are an expert problem solver. Show brief steps and end with the final answer as <answer>ANSWER</answer>."
 EXPERT_QUERY = "Problem: {question}\n\nThe coordinator asks: {query}"
 REPLY_NEXT = "Reply from {expert}:\n{reply}\n\nAnswer as <answer>ANSWER</answer>, or call another expert."
+DECIDE_REPLY_NEXT = "Reply from {expert}:\n{reply}\n\nChoose again: <call>none</call> to answer now, or another expert."
 REPLY_LAST = "Reply from {expert}:\n{reply}\n\nNo more calls: answer now as <answer>ANSWER</answer>."
 
 
@@ -281,7 +282,7 @@ class BudgetSystem:
             system = SYSTEM_PROMPT.format(experts=shown, mode=state.mode.instruction())
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
         for i, past in enumerate(state.history, start=2):
-            template = REPLY_LAST if i >= self.max_rounds else REPLY_NEXT
+            template = REPLY_LAST if i >= self.max_rounds else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
             messages += [Message("assistant", past.controller), Message("user", template.format(expert=past.expert, reply=past.reply))]
         if state.answering is not None:
             messages += [Message("assistant", state.answering), Message("user", ANSWER_NOW)]
