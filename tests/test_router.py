@@ -235,6 +235,25 @@ def test_full_tree_expansion_rewards_and_shape():
     assert "A reviewer judged it wrong" in [c for c in drafts if c.agent == "medium"][0].messages[-1].content
 
 
+def test_single_turn_router_routes_once_and_ends_on_the_draft():
+    """T = 1 (the single-turn RL router baseline): no verification turn follows the draft."""
+    task_items = items(1)
+    task = MathTask("basic_arithmetic", seed=0, difficulty="easy")
+    pool = simulated_pool(seed=0, task=task_items)
+    system = RouterSystem(task, tuple(pool), Multipliers(default_multipliers(tuple(pool)), default_caps(tuple(pool))),
+                          max_turns=1)
+    agents = {"controller": scripted_controller("sim-strong</model>", "True</verdict>"), **pool}
+    ep = asyncio.run(expand(system, agents, task_items[0], FullTree(2)))
+    controller = [c for c in ep.calls if c.role == "controller"]
+    drafts = [c for c in ep.calls if c.role == "agent"]
+    assert len(controller) == 2 and len(drafts) == 2 and all(c.turn == 1 for c in controller)
+    assert all(d.done for d in drafts) and not any(c.done for c in controller)
+    truth = pool["sim-strong"].is_correct(task_items[0], 0)
+    q = tree_q(ep, gamma=1.0)
+    for c in controller:  # Q = the strong agent's penalty plus its routing reward, nothing after
+        assert q[c.id] == pytest.approx(-0.5 * 2 * 0.25 + 0.5 * float(truth))
+
+
 def test_observe_runs_dual_ascent_only_in_auto_mode():
     ep = hand_tree()
     eps = [Episode(ep.task, tuple(Call(**{**c.__dict__, "agent": {"weak": "weak", "strong": "strong"}.get(c.agent, c.agent)}) for c in ep.calls))]

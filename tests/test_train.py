@@ -115,6 +115,28 @@ def crash_after_logging(monkeypatch, at_step: int) -> None:
 RESUME = ("trainer.steps=4", "trainer.checkpoint_every=2", "eval.before=false", "trainer.keep_checkpoints=3")
 
 
+def test_episode_metrics_sum_each_reward_term_along_its_trajectory():
+    def with_terms(c, **terms):
+        return Call(**{**c.__dict__, "rewards": terms})
+
+    # root "0" -> "0.0" (leaf) and "0.1" -> "0.1.0" (leaf); root "1" is a leaf; "2" failed.
+    calls = (
+        with_terms(call("0", 0.25, done=False), penalty=0.5),
+        with_terms(call("0.0", 1.0), correct=1.0),
+        with_terms(call("0.1", 0.0, done=False), verification=1.0),
+        with_terms(call("0.1.0", 0.5), correct=0.0, verification=1.0),
+        with_terms(call("1", 0.0), format_error=1.0),
+        call("2", 0.0, error="boom"),
+    )
+    m = masrl.train.episode_metrics([Episode(task(0), calls)])
+    assert m["trajectories"] == 4 and m["failed"] == 1
+    assert m["reward"] == pytest.approx((1.25 + 0.75 + 0.0) / 3)
+    assert m["reward/penalty"] == pytest.approx((0.5 + 0.5 + 0) / 3)
+    assert m["reward/correct"] == pytest.approx(1 / 3)
+    assert m["reward/verification"] == pytest.approx(2 / 3)  # both calls of one path
+    assert m["reward/format_error"] == pytest.approx(1 / 3)  # not 1.0: averaged over every trajectory
+
+
 def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_config, parity_reward, monkeypatch):
     """4 steps straight vs. killed during step 3 (checkpoint at 2), then resumed to 4.
 

@@ -163,11 +163,12 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "reward": sum(sum(c.reward for c in ep.path(leaf)) for ep in episodes for leaf in ep.leaves() if not leaf.failed)
         / max(len(ok), 1),
     }
-    components: dict[str, list[float]] = defaultdict(list)
-    for leaf in ok:
-        for k, v in leaf.rewards.items():
-            components[k].append(v)
-    out.update({f"reward/{k}": sum(v) / len(v) for k, v in components.items()})
+    # Each component summed along its trajectory (as `reward` is), then averaged over all
+    # trajectories; a component a trajectory never met counts 0 there. Leaf-only terms such as
+    # `correct` are thereby the final state's value.
+    paths = [ep.path(leaf) for ep in episodes for leaf in ep.leaves() if not leaf.failed]
+    keys = dict.fromkeys(k for path in paths for c in path for k in c.rewards)
+    out.update({f"reward/{k}": sum(c.rewards.get(k, 0.0) for p in paths for c in p) / max(len(paths), 1) for k in keys})
     return out
 
 

@@ -270,6 +270,9 @@ class RouterSystem:
         terms = routing_reward(correct, self.weights)
         reward = terms.pop("reward")
         nxt = RouterState(state.task, state.turn + 1, reply.text, correct, state.pending)
+        if state.turn >= self.max_turns:  # T = 1, the single-turn router: route once, no verification
+            final = {"correct": float(correct), "turns": float(state.turn)}
+            return Transition(nxt, answer, {**terms, **final}, reward, done=True)
         return Transition(nxt, answer, terms, reward, done=False)
 
     def _full_text(self, text: str, turn: int) -> str:
