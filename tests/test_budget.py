@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from masrl.algos.gae import token_gae, trajectories
-from masrl.budget.evaluation import modes_table, subsets_table, summarise_mode
+from masrl.budget.evaluation import baselines_table, evaluate_baselines, modes_table, subsets_table, summarise_mode
 from masrl.pools.priced import CORL_EXPERTS, PAPER_PRICES, priced_pool
 from masrl.rollout.tree import Parallel, expand
 from masrl.systems.budget import (
@@ -371,3 +371,27 @@ def test_decide_first_bad_decisions_are_format_failures(decision):
 def test_none_is_an_unknown_expert_in_the_free_protocol():
     assert parse_action("<call>none</call>", EXPERTS, can_call=True).kind == "format_error"
     assert parse_action("<call>None</call>", EXPERTS, can_call=True, alone="none").kind == "alone"
+
+
+@pytest.mark.parametrize("decide_first", [False, True])
+def test_reference_rows_send_every_query_to_one_expert(decide_first):
+    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(3)]
+    answers = {"cheap": "It is <answer>{}</answer>.", "pricey": "Surely <answer>{}</answer>."}
+
+    class Expert(Scripted):
+        async def __call__(self, messages):  # cheap is always right, pricey always wrong
+            r = await super().__call__(messages)
+            i = int(messages[-1].content.split()[2])
+            return Reply(answers[self.name].format(2 * i + (self.name == "pricey")), r.tokens_in, r.tokens_out, 0.0)
+
+    agents = {"cheap": Expert("cheap", ["-"], 100, 50), "pricey": Expert("pricey", ["-"], 200, 100)}
+    rows = evaluate_baselines(system(decide_first=decide_first), agents, items, ["single", "random"], seed=0)
+    by = {r.method: r for r in rows}
+    assert list(by) == ["single:cheap", "single:pricey", "random"]
+    assert by["single:cheap"].accuracy == 1.0 and by["single:cheap"].mean_cost == pytest.approx(0.0025)
+    assert by["single:pricey"].accuracy == 0.0 and by["single:pricey"].total_cost == pytest.approx(0.15)
+    assert by["single:cheap"].over_budget == {"low": 1.0, "medium": 0.0, "high": 0.0}
+    assert by["single:pricey"].over_budget == {"low": 1.0, "medium": 1.0, "high": 0.0}
+    r = by["random"]  # each query went to one of the two: accuracy = share sent to cheap
+    assert r.mean_cost == pytest.approx(r.accuracy * 0.0025 + (1 - r.accuracy) * 0.05)
+    assert "| single:cheap | 1.000 | 0.00250 | 0.0075 | 1.00 | 0.00 | 0.00 |" in baselines_table(rows, ["low", "medium", "high"])

@@ -164,10 +164,19 @@ def test_shipped_budget_configs_run_two_steps(config, tmp_path, capsys):
         assert all("critic/value_loss" in r for r in train)
     evals = [r for r in rows if r["kind"] == "eval"]
     assert "eval/mode/low/mean_cost" in evals[-1] and "eval/mode/high/call_ratio/sim-strong" in evals[-1]
-    results = json.loads((run / "budget_results.json").read_text())
+    results = json.loads((run / "budget_results.json").read_text())["modes"]
     assert [r["mode"] for r in results] == ["low", "medium", "high"] and all(r["items"] == 3 for r in results)
     assert (run / "cost_accuracy.png").stat().st_size > 0
     assert (run / "checkpoints" / "latest").exists()
+    baselines = json.loads((run / "budget_results.json").read_text())["baselines"]
+    assert [b["method"] for b in baselines] == ["single:sim-nano", "single:sim-mid", "single:sim-strong", "random"]
+    assert "| single:sim-strong |" in out
+    # the experts' prices: one call each, a query costs nano < 0.001 < mid < 0.006 < strong
+    cost = {b["method"]: b["mean_cost"] for b in baselines}
+    assert cost["single:sim-nano"] < 0.001 < cost["single:sim-mid"] < 0.006 < cost["single:sim-strong"]
+    over = {b["method"]: b["over_budget"] for b in baselines}
+    assert over["single:sim-nano"] == {"low": 0.0, "medium": 0.0, "high": 0.0}
+    assert over["single:sim-strong"] == {"low": 1.0, "medium": 1.0, "high": 0.0}
 
 
 @pytest.mark.parametrize("config", ["budget-ppo", "budget-grpo"])
@@ -179,7 +188,7 @@ def test_budget_runs_with_expert_calls_log_cost_per_mode(config, tmp_path, capsy
     assert all(r["cost"] > 0 and r["reward/expert_calls"] == 2.0 for r in train)
     modes = {k.split("/")[1] for k in train[0] if k.startswith("mode/")}
     assert modes and all(train[0][f"mode/{m}/cost"] > 0 for m in modes)
-    results = json.loads((run / "budget_results.json").read_text())
+    results = json.loads((run / "budget_results.json").read_text())["modes"]
     # every item calls sim-nano twice, then fails to answer: same spend in every mode
     assert all(r["call_ratio"]["sim-nano"] == 1.0 and r["calls_per_query"]["sim-nano"] == 2.0 for r in results)
     assert all(r["mean_cost"] > 0 and r["answered_alone"] == 0.0 and r["format_errors"] == 1.0 for r in results)
@@ -196,6 +205,7 @@ def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
     assert "| low |" in out and "| high |" in out and "| medium |" not in out
     saved = json.loads((run / "eval.json").read_text())
     assert [m["mode"] for m in saved["modes"]] == ["low", "high"]
+    assert [b["method"] for b in saved["baselines"]][-1] == "random" and "| random |" in out
     train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
     # soft: no answer (perf 0) minus 0.5 * cost / B, so the trained reward is negative and differs from hard
     assert all(r["reward"] < 0 and r["reward/hard"] == 0.0 for r in train)

@@ -104,11 +104,13 @@ def _eval(args) -> int:
     if engine.config.system.kind == "budget":  # the controller under each budget mode
         from dataclasses import asdict
 
-        from masrl.budget.evaluation import evaluate_modes, modes_table
+        from masrl.budget.evaluation import budget_report, evaluate_baselines, evaluate_modes
 
-        results = evaluate_modes(engine.system, engine.eval_agents, items, engine.config.budget.eval_modes)
-        print(modes_table(results, engine.system.experts))
-        summary = {"modes": [asdict(r) for r in results]}
+        b, seed = engine.config.budget, engine.config.run.seed
+        results = evaluate_modes(engine.system, engine.eval_agents, items, b.eval_modes)
+        baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, seed)
+        print(budget_report(results, engine.system.experts, baselines))
+        summary = {"modes": [asdict(r) for r in results], "baselines": [asdict(x) for x in baselines]}
     elif engine.pool:  # a router: the controller and the baselines under the usage caps
         from dataclasses import asdict
 

@@ -139,6 +139,10 @@ class BudgetConfig(Section):
         "default: each expert's own price"
     )
     eval_modes: list[str] = Field(default_factory=list, description="modes evaluated; default all")
+    baselines: list[str] = Field(
+        default_factory=lambda: ["single", "random"],
+        description="reference rows evaluated at the end: single (each expert alone), random (an expert per query)",
+    )
 
 
 class SamplerConfig(Section):
@@ -262,6 +266,9 @@ class Config(Section):
             self.budget.mode_probs and sum(self.budget.mode_probs.get(m, 1.0) for m in self.budget.modes) <= 0
         ):
             raise ValueError("budget.mode_probs must be >= 0 and not all 0")
+        unknown_budget_baselines = set(self.budget.baselines) - {"single", "random"}
+        if unknown_budget_baselines:
+            raise ValueError(f"budget.baselines has unknown entries {sorted(unknown_budget_baselines)}; known: single, random")
         if self.budget.protocol == "decide" and self.budget.prefill:
             raise ValueError("budget.prefill applies to protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
         if self.system.kind == "budget" and self.budget.experts == "pool" and self.pool.kind == "agents" and not self.pool.agents:

@@ -345,14 +345,16 @@ def _log_router_eval(engine: Engine, logger: "RunLogger", step: int, label: str,
 
 def _log_budget_eval(engine: Engine, logger: "RunLogger", step: int, label: str, items, final: bool) -> dict[str, float]:
     """The controller under each budget mode; at the end also the table and the cost-accuracy plot."""
-    from masrl.budget.evaluation import eval_metrics, evaluate_modes, write_budget_results
+    from masrl.budget.evaluation import eval_metrics, evaluate_baselines, evaluate_modes, write_budget_results
 
     results = evaluate_modes(engine.system, engine.eval_agents, items, engine.config.budget.eval_modes)
     summary = eval_metrics(results)
     logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
     tqdm.write(f"eval {label}: " + ", ".join(f"{r.mode} acc {r.accuracy:.3f} ${r.mean_cost:.5f}/query" for r in results))
     if final:
-        tqdm.write(write_budget_results(logger.run_dir, results, engine.system.experts))
+        b = engine.config.budget
+        baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, engine.config.run.seed)
+        tqdm.write(write_budget_results(logger.run_dir, results, engine.system.experts, baselines))
     return summary
 
 

@@ -6,19 +6,28 @@ Per mode: accuracy, mean cost per query and total cost on the set, expert-call
 ratio per expert (share of queries that call it at least once, and calls per
 query), share answered by the controller alone, share over the mode's budget,
 share of format failures. `summarise_mode` is a pure function of episodes.
+
+Reference rows (paper Table 2: each expert alone, random assignment): a
+scripted controller that sends every query to one expert (`single:NAME`) or to
+an expert drawn per query (`random`) and copies the answer it gets back, run
+through the same system, experts and price table. Their behaviour ignores the
+mode, so one run each gives accuracy and cost, and the share over each mode's
+budget follows from the per-query costs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from masrl.rollout.tree import Parallel, rollout
-from masrl.systems.budget import CONTROLLER, BudgetSystem
-from masrl.types import Episode, TaskItem
+from masrl.systems.budget import ALONE, CONTROLLER, BudgetSystem
+from masrl.types import Episode, Message, Reply, TaskItem
 
 
 @dataclass(frozen=True)
@@ -124,8 +133,95 @@ def subsets_table(results: Sequence[ModeEval]) -> str:
     return "\n".join(lines)
 
 
-def plot_cost_accuracy(results: Sequence[ModeEval], path: Path) -> Path:
-    """Accuracy against mean cost per query, one labelled point per mode."""
+# ---------------------------------------------------------------- reference rows
+class ScriptedController:
+    """A frozen controller for reference rows: asks `choose(problem)`'s expert, then copies its answer.
+
+    Speaks both protocols: it continues a prefilled `<call>` / `<answer>` (decide) or writes the
+    whole tag (free)."""
+
+    def __init__(self, choose):
+        self.name = CONTROLLER
+        self.choose = choose
+
+    async def __call__(self, messages) -> Reply:
+        messages = tuple(messages)
+        replied = [m.content for m in messages if m.role == "user" and m.content.startswith("Reply from ")]
+        # the reply without the instruction the system appends after its last blank line
+        copied = re.findall(r"<answer>(.*?)</answer>", replied[-1].rsplit("\n\n", 1)[0], re.DOTALL) if replied else []
+        answer = copied[-1].strip() if copied else "unknown"
+        prefill = messages[-1].content if messages[-1].role == "assistant" else ""
+        if prefill == "<call>":
+            text = f"{ALONE}</call>" if replied else f"{self.choose(messages[1].content)}</call>"
+        elif prefill == "<answer>":
+            text = f"{answer}</answer>"
+        else:
+            text = f"<answer>{answer}</answer>" if replied else f"<call>{self.choose(messages[1].content)}</call>"
+        return Reply(text, 0, 0, 0.0)
+
+
+def random_choice(experts: Sequence[str], seed: int):
+    """An expert per problem, uniformly, from a hash of (seed, problem text): the same in every run."""
+
+    def choose(problem: str) -> str:
+        digest = hashlib.sha256(f"{seed}\x1frandom\x1f{problem}".encode()).digest()
+        return experts[int.from_bytes(digest[:8], "big") % len(experts)]
+
+    return choose
+
+
+@dataclass(frozen=True)
+class BaselineEval:
+    method: str
+    items: int
+    accuracy: float
+    mean_cost: float
+    total_cost: float
+    over_budget: dict[str, float]  # mode -> share of queries whose cost exceeds its budget
+
+
+def evaluate_baselines(
+    system: BudgetSystem, agents: Mapping, items: Sequence[TaskItem], names: Sequence[str], seed: int = 0
+) -> list[BaselineEval]:
+    """`single` (one row per expert) and `random` reference rows on `items`."""
+    choosers = []
+    if "single" in names:
+        choosers += [(f"single:{e}", (lambda e: lambda _q: e)(e)) for e in system.experts]
+    if "random" in names:
+        choosers.append(("random", random_choice(system.experts, seed)))
+    top = max(system.modes, key=lambda m: m.budget).name  # any mode: the scripted choice ignores it
+    out = []
+    for method, choose in choosers:
+        for agent in agents.values():
+            if hasattr(agent, "reset"):
+                agent.reset()
+        scripted = {**agents, CONTROLLER: ScriptedController(choose)}
+        episodes = asyncio.run(rollout(system.with_mode(top), scripted, items, Parallel(1)))
+        costs = [_episode_cost(ep) for ep in episodes]
+        correct = [ep.leaves()[0].rewards.get("correct", 0.0) for ep in episodes]
+        n = max(len(episodes), 1)
+        over = {m.name: sum(c > m.budget for c in costs) / n for m in system.modes}
+        out.append(BaselineEval(method, len(episodes), sum(correct) / n, sum(costs) / n, sum(costs), over))
+    return out
+
+
+def _episode_cost(ep: Episode) -> float:
+    final = ep.leaves()[0]
+    return final.rewards.get("cost", ep.cost) if final.done and not final.failed else ep.cost
+
+
+def baselines_table(rows: Sequence[BaselineEval], modes: Sequence[str]) -> str:
+    head = ["method", "accuracy", "mean cost $", "total cost $", *[f"over {m} budget" for m in modes]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.method, f"{r.accuracy:.3f}", f"{r.mean_cost:.5f}", f"{r.total_cost:.4f}",
+                 *[f"{r.over_budget[m]:.2f}" for m in modes]]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_cost_accuracy(results: Sequence[ModeEval], path: Path, baselines: Sequence[BaselineEval] = ()) -> Path:
+    """Accuracy against mean cost per query, one labelled point per mode (reference rows in grey)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,6 +232,9 @@ def plot_cost_accuracy(results: Sequence[ModeEval], path: Path) -> Path:
     ax.plot(xs, ys, "o-")
     for r in results:
         ax.annotate(r.mode, (r.mean_cost, r.accuracy), textcoords="offset points", xytext=(4, 4))
+    for b in baselines:
+        ax.plot([b.mean_cost], [b.accuracy], "s", color="grey")
+        ax.annotate(b.method, (b.mean_cost, b.accuracy), textcoords="offset points", xytext=(4, -10), fontsize=7)
     ax.set_xlabel("mean cost per query ($)")
     ax.set_ylabel("accuracy")
     ax.set_title("cost vs accuracy by budget mode")
@@ -145,18 +244,30 @@ def plot_cost_accuracy(results: Sequence[ModeEval], path: Path) -> Path:
     return path
 
 
-def write_budget_results(run_dir: Path, results: Sequence[ModeEval], experts: Sequence[str]) -> str:
-    """budget_results.md / .json and cost_accuracy.png in the run directory; returns the table text."""
-    text = "\n".join([
+def budget_report(results: Sequence[ModeEval], experts: Sequence[str], baselines: Sequence[BaselineEval] = ()) -> str:
+    """The per-mode table, the per-part table and the reference rows, as markdown."""
+    parts = [
         f"Budget modes on {results[0].items} held-out items (greedy {CONTROLLER}); 'calls X': share of queries calling X",
         modes_table(results, experts),
         "",
         "By part of the eval set:",
         subsets_table(results),
-    ])
+    ]
+    if baselines:
+        parts += ["", "Reference rows (scripted controller; the mode does not change them):",
+                  baselines_table(baselines, [r.mode for r in results])]  # fmt: skip
+    return "\n".join(parts)
+
+
+def write_budget_results(
+    run_dir: Path, results: Sequence[ModeEval], experts: Sequence[str], baselines: Sequence[BaselineEval] = ()
+) -> str:
+    """budget_results.md / .json and cost_accuracy.png in the run directory; returns the report text."""
+    text = budget_report(results, experts, baselines)
     (run_dir / "budget_results.md").write_text(text + "\n")
-    (run_dir / "budget_results.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
-    plot_cost_accuracy(results, run_dir / "cost_accuracy.png")
+    payload = {"modes": [asdict(r) for r in results], "baselines": [asdict(b) for b in baselines]}
+    (run_dir / "budget_results.json").write_text(json.dumps(payload, indent=2))
+    plot_cost_accuracy(results, run_dir / "cost_accuracy.png", baselines)
     return text
 
 
