@@ -256,27 +256,31 @@ class Config(Section):
             raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
         if self.algo.advantage == "gae" and self.model.lora_rank == 0:
             raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
-        if not self.budget.modes or any(b <= 0 for b in self.budget.modes.values()):
-            raise ValueError("budget.modes needs at least one mode, each with a budget > 0 dollars")
-        for key, names in (("mode_probs", self.budget.mode_probs), ("eval_modes", self.budget.eval_modes)):
-            unknown_modes = set(names) - set(self.budget.modes)
-            if unknown_modes:
-                raise ValueError(f"budget.{key} names unknown modes {sorted(unknown_modes)}; modes: {list(self.budget.modes)}")
-        if any(p < 0 for p in self.budget.mode_probs.values()) or (
-            self.budget.mode_probs and sum(self.budget.mode_probs.get(m, 1.0) for m in self.budget.modes) <= 0
-        ):
-            raise ValueError("budget.mode_probs must be >= 0 and not all 0")
-        unknown_budget_baselines = set(self.budget.baselines) - {"single", "random"}
-        if unknown_budget_baselines:
-            raise ValueError(f"budget.baselines has unknown entries {sorted(unknown_budget_baselines)}; known: single, random")
-        if self.budget.protocol == "decide" and self.budget.prefill:
-            raise ValueError("budget.prefill applies to protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
-        if self.system.kind == "budget" and self.budget.experts == "pool" and self.pool.kind == "agents" and not self.pool.agents:
-            raise ValueError("budget.experts 'pool' with pool.kind 'agents' needs pool.agents: the experts, cheapest first")
+        no_experts = self.system.kind == "budget" and self.pool.kind == "agents" and not self.pool.agents
+        _check_budget(self.budget, no_experts)
         unknown = set(self.reward.weights) - {"correct", "format"}
         if unknown:
             raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
         return self
+
+
+def _check_budget(b: BudgetConfig, no_pool_agents: bool) -> None:
+    """The budget section's cross-field rules (ValueError, turned into a ConfigError by `validate`)."""
+    if not b.modes or any(v <= 0 for v in b.modes.values()):
+        raise ValueError("budget.modes needs at least one mode, each with a budget > 0 dollars")
+    for key, names in (("mode_probs", b.mode_probs), ("eval_modes", b.eval_modes)):
+        unknown = set(names) - set(b.modes)
+        if unknown:
+            raise ValueError(f"budget.{key} names unknown modes {sorted(unknown)}; modes: {list(b.modes)}")
+    if any(p < 0 for p in b.mode_probs.values()) or sum(b.mode_probs.get(m, 1.0) for m in b.modes) <= 0:
+        raise ValueError("budget.mode_probs must be >= 0 and not all 0")
+    unknown = set(b.baselines) - {"single", "random"}
+    if unknown:
+        raise ValueError(f"budget.baselines has unknown entries {sorted(unknown)}; known: single, random")
+    if b.protocol == "decide" and b.prefill:
+        raise ValueError("budget.prefill is for protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
+    if b.experts == "pool" and no_pool_agents:
+        raise ValueError("budget.experts 'pool' with pool.kind 'agents' needs pool.agents: the experts, cheapest first")
 
 
 PACKAGED = Path(__file__).parent / "configs"

@@ -247,7 +247,8 @@ def plot_cost_accuracy(results: Sequence[ModeEval], path: Path, baselines: Seque
 def budget_report(results: Sequence[ModeEval], experts: Sequence[str], baselines: Sequence[BaselineEval] = ()) -> str:
     """The per-mode table, the per-part table and the reference rows, as markdown."""
     parts = [
-        f"Budget modes on {results[0].items} held-out items (greedy {CONTROLLER}); 'calls X': share of queries calling X",
+        f"Budget modes on {results[0].items} held-out items (greedy {CONTROLLER}); "
+        "'calls X': share of queries calling X",
         modes_table(results, experts),
         "",
         "By part of the eval set:",
@@ -275,8 +276,9 @@ def eval_metrics(results: Sequence[ModeEval]) -> dict[str, float]:
     """Flat metrics for metrics.jsonl: mode/<m>/<field>."""
     out: dict[str, float] = {}
     for r in results:
-        for k in ("accuracy", "mean_cost", "total_cost", "answered_alone", "over_budget", "format_errors", "hard_reward"):
+        for k in ("accuracy", "mean_cost", "total_cost", "answered_alone", "over_budget", "format_errors"):
             out[f"mode/{r.mode}/{k}"] = float(getattr(r, k))
+        out[f"mode/{r.mode}/hard_reward"] = r.hard_reward
         out.update({f"mode/{r.mode}/call_ratio/{e}": v for e, v in r.call_ratio.items()})
     out["accuracy"] = sum(r.accuracy for r in results) / max(len(results), 1)
     out["cost"] = sum(r.total_cost for r in results)

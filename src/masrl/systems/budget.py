@@ -70,13 +70,16 @@ SYSTEM_PROMPT = (
     "and wait for the reply. Experts, cheapest first: {experts}. {mode}"
 )
 MODE_TEXT = {
-    "low": "Budget mode: low (at most ${budget:g} per problem). Solve it yourself when you can; call only a cheap expert.",
+    "low": "Budget mode: low (at most ${budget:g} per problem). Solve it yourself when you can; "
+    "call only a cheap expert.",
     "medium": "Budget mode: medium (at most ${budget:g} per problem). Call an expert when it helps, "
     "but avoid the most expensive one.",
     "high": "Budget mode: high (at most ${budget:g} per problem). Ask the strongest expert whenever it helps.",
 }
 GENERIC_MODE_TEXT = "Budget mode: {name} (at most ${budget:g} per problem)."
-EXPERT_PROMPT = "You are an expert problem solver. Show brief steps and end with the final answer as <answer>ANSWER</answer>."
+EXPERT_PROMPT = (
+    "You are an expert problem solver. Show brief steps and end with the final answer as <answer>ANSWER</answer>."
+)
 EXPERT_QUERY = "Problem: {question}\n\nThe coordinator asks: {query}"
 REPLY_NEXT = "Reply from {expert}:\n{reply}\n\nAnswer as <answer>ANSWER</answer>, or call another expert."
 DECIDE_REPLY_NEXT = "Reply from {expert}:\n{reply}\n\nChoose again: <call>none</call> to answer now, or another expert."
@@ -273,7 +276,8 @@ class BudgetSystem:
 
     def controller_messages(self, state: BudgetState) -> tuple[Message, ...]:
         """System (protocol, priced experts, mode), the problem, then each earlier round and its expert reply."""
-        shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e for e in self.experts)
+        shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e
+                          for e in self.experts)  # fmt: skip
         if self.decide_first:  # the options written as the tags to copy, as a small model needs them
             options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *self.experts))
             prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in self.experts if e in self.prices)
@@ -283,7 +287,8 @@ class BudgetSystem:
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
         for i, past in enumerate(state.history, start=2):
             template = REPLY_LAST if i >= self.max_rounds else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
-            messages += [Message("assistant", past.controller), Message("user", template.format(expert=past.expert, reply=past.reply))]
+            reply = template.format(expert=past.expert, reply=past.reply)
+            messages += [Message("assistant", past.controller), Message("user", reply)]
         if state.answering is not None:
             messages += [Message("assistant", state.answering), Message("user", ANSWER_NOW)]
         prefill = self._prefill(state)
@@ -361,11 +366,14 @@ def build_budget(config, task: Task) -> Built:
         from masrl.pools.build import build_pool
 
         pool = build_pool(config, task)
-    prices = {name: getattr(agent, "price") for name, agent in pool.items() if isinstance(getattr(agent, "price", None), Price)}
+    prices = {name: agent.price for name, agent in pool.items() if isinstance(getattr(agent, "price", None), Price)}
     prices.update({name: Price(p.input_per_1k, p.output_per_1k) for name, p in b.prices.items()})
     unknown = set(b.prices) - set(pool) - {CONTROLLER}
     if unknown:
-        raise ConfigError(f"budget.prices names agents that are neither experts nor the controller: {sorted(unknown)}; experts: {list(pool)}")
+        raise ConfigError(
+            f"budget.prices names agents that are neither experts nor the controller: {sorted(unknown)}; "
+            f"experts: {list(pool)}"
+        )
     unpriced = [name for name in pool if name not in prices]
     if unpriced:
         raise ConfigError(f"experts without a price: {unpriced}; set budget.prices.<name>.input_per_1k / output_per_1k")
