@@ -230,3 +230,24 @@ def test_unknown_price_table_entry_is_a_config_error(tmp_path, capsys):
     argv = ["train", "budget-ppo", *SMALL, f"run.dir={tmp_path / 'run'}", "budget.prices={gpt-5: {input_per_1k: 1}}"]
     assert main(argv) == 2
     assert "gpt-5" in capsys.readouterr().err
+
+
+def test_experts_from_the_pool_section_any_backend_priced_by_the_table(tmp_path):
+    """A local HF model and a simulated agent as experts (budget.experts: pool); the price table
+    overrides the local one's own price, and episode costs follow the tokens it reported."""
+    pool = ("pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
+            " {name: sim, backend: simulated, ability: 2.0, price_in: 0.002, price_out: 0.008}]")  # fmt: skip
+    config = load_config("budget-grpo", [
+        *SMALL, f"run.dir={tmp_path / 'run'}", "budget.experts=pool", "pool.kind=agents", pool,
+        "budget.protocol=free", "budget.prefill=<call>local</call>", "budget.max_rounds=2",
+        "budget.prices={local: {input_per_1k: 1.0, output_per_1k: 0.0}}",
+    ])  # fmt: skip
+    engine = build_engine(config)
+    assert list(engine.system.experts) == ["local", "sim"]
+    episodes = asyncio.run(rollout(engine.system, engine.agents, engine.task.items("train", 0, 2), Parallel(2)))
+    for ep in episodes:
+        path = ep.path(ep.leaves()[0])
+        assert [c.agent for c in path] == ["controller", "local", "controller"]
+        local = path[1].reply
+        assert local.tokens_in > 0 and local.cost == pytest.approx(local.tokens_out * 0.5 / 1000)  # its own price
+        assert path[-1].rewards["cost"] == pytest.approx(local.tokens_in * 1.0 / 1000)  # the table's
