@@ -251,3 +251,42 @@ def test_experts_from_the_pool_section_any_backend_priced_by_the_table(tmp_path)
         local = path[1].reply
         assert local.tokens_in > 0 and local.cost == pytest.approx(local.tokens_out * 0.5 / 1000)  # its own price
         assert path[-1].rewards["cost"] == pytest.approx(local.tokens_in * 1.0 / 1000)  # the table's
+
+
+def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+    """3 steps straight vs. crashed after step 2's log lines (before its checkpoint), resumed to 3: the same
+    metrics bit for bit and the same controller and critic weights. Soft reward: the spend differs
+    between samples, so the updates are real."""
+    from safetensors.torch import load_file
+
+    from masrl.train import RunLogger, train
+
+    def config(run):
+        return load_config("budget-ppo", [*SMALL, *CALLING, f"run.dir={run}", "trainer.steps=3", "budget.reward=soft",
+                                          "eval.before=false", "trainer.keep_checkpoints=3"])  # fmt: skip
+
+    straight = train(config(tmp_path / "straight"))
+    crashed = tmp_path / "crashed"
+    real = RunLogger.episodes
+
+    def episodes(self, step, *args):
+        real(self, step, *args)
+        if step == 2:
+            raise KeyboardInterrupt("killed after step 2")
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(RunLogger, "episodes", episodes)
+        train(config(crashed))
+    assert (crashed / "checkpoints" / "latest").read_text().strip() == "step_000001"  # step 2 is redone
+    train(None, resume=crashed)
+    timing = ("seconds", "tokens_per_s", "rss_gb")
+    rows = [[{k: v for k, v in r.items() if not k.endswith(timing)} for r in read_jsonl(run / "metrics.jsonl")]
+            for run in (straight, crashed)]  # fmt: skip
+    assert rows[0] == rows[1]
+    assert any(r.get("controller/samples", 0) > 0 for r in rows[0]) and all(
+        r["critic/grad_norm"] > 0 for r in rows[0] if r["kind"] == "train"
+    )
+    for name in ("policy/controller.safetensors", "policy/critic.safetensors", "value_head/critic.safetensors"):
+        a = load_file(straight / "checkpoints" / "step_000003" / name)
+        b = load_file(crashed / "checkpoints" / "step_000003" / name)
+        assert all(torch.equal(a[k], b[k]) for k in a)
