@@ -262,8 +262,9 @@ def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     from masrl.train import RunLogger, train
 
     def config(run):
-        return load_config("budget-ppo", [*SMALL, *CALLING, f"run.dir={run}", "trainer.steps=3", "budget.reward=soft",
-                                          "eval.before=false", "trainer.keep_checkpoints=3"])  # fmt: skip
+        extra = ["trainer.steps=3", "budget.reward=soft", "sampler.group_size=2", "eval.before=false",
+                 "trainer.keep_checkpoints=3", "eval.size=1"]  # fmt: skip
+        return load_config("budget-ppo", [*SMALL, *CALLING, f"run.dir={run}", *extra])
 
     straight = train(config(tmp_path / "straight"))
     crashed = tmp_path / "crashed"
