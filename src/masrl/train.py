@@ -29,14 +29,14 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
-from masrl.algos.credit import CREDITS, GROUPINGS, trainable_calls
+from masrl.algos.credit import CREDITS, GROUPINGS, per_agent_weights, trainable_calls
 from masrl.algos.gae import token_gae, trajectories, whiten
 from masrl.checkpoint import (
     atomic_write_text,
@@ -82,11 +82,16 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
     adv = ADVANTAGES[algo.advantage](ret, group_ids_from_keys(keys))  # [N]
     weights = [sample_weight(episodes[i], algo.sample_weight) for i, _ in calls]
     samples: dict[str, list[Sample]] = defaultdict(list)
+    roles: dict[str, list[str]] = defaultdict(list)
     for (i, c), a, w in zip(calls, adv.tolist(), weights):
         if algo.skip_zero_advantage and a == 0.0:
             continue
         r = c.reply
         samples[r.policy].append(Sample(r.policy, r.prompt_ids or (), r.response_ids or (), a, w, r.payload))
+        roles[r.policy].append(c.role)
+    if algo.sample_weight == "per_agent":  # MHGPO eq. 6: mean over agents of each agent's per-sample mean
+        for policy, batch in samples.items():
+            samples[policy] = [replace(s, weight=w) for s, w in zip(batch, per_agent_weights(roles[policy]))]
     advantages = {(i, c.id): a for (i, c), a in zip(calls, adv.tolist())}
     return Scored(dict(samples), advantages, {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())})
 

@@ -11,10 +11,25 @@ controller's recursion (critique-routing-controller.txt, appendix E.2).
 Grouping decides which calls are compared: `task` compares calls of the same
 task, role and turn (GRPO over G parallel episodes); `siblings` compares the
 candidates drawn at the same tree node.
+
+The multi-agent search pipeline (mhgpo-search-system.txt, "Method: MHGPO")
+uses `descendant_mean` credit: a call's shared reward is the mean final
+reward (`rewards["final"]`, the answer's F1) over the final calls that
+descend from it (eq. 4 with Aggr = mean, applied over whole sub-trees), plus
+its own agent-specific reward (`reward` minus any final part). Its groupings
+are `task` (Fork-on-first: each agent's G outputs for one question form one
+group, heterogeneous below the fork), `independent` (Independent Sampling:
+only the fork agent's G candidates of each fork_on tree form a group), and `round_robin`: like `task`,
+then the calls left alone in their group (before a round-robin fork) are
+shuffled across the batch and regrouped, per agent, into groups of G
+(Algorithm 5); the remainder stay alone (advantage 0: not trained on).
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
+from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
 
 from masrl.types import Call, Episode
@@ -44,10 +59,111 @@ def group_by_siblings(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
     return [(i, c.parent) for i, c in calls]
 
 
-CREDITS = {"tree_q": tree_q}
+FINAL = "final"  # the reward component a system sets on a final output; propagated backward
+
+
+def descendant_mean(episode: Episode, gamma: float = 1.0) -> dict[str, float]:
+    """R(c) = mean of rewards["final"] over the non-failed leaves at or below c
+    + c's agent-specific reward (c.reward - c.rewards.get("final", 0)).
+
+    MHGPO's backward propagation (eq. 4) with simple averaging; every final
+    output below c counts once, so a call whose children lead to different
+    numbers of finals weights each final, not each child, equally. `gamma`
+    is unused: the pipeline's reward is undiscounted."""
+    failed = episode.failed_ids()
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    out: dict[str, float] = {}
+    for call in reversed(episode.calls):  # children before parents
+        if call.id in failed:
+            continue
+        if counts[call.id] == 0:  # a leaf (or a call whose descendants all failed: then it is in `failed`)
+            sums[call.id], counts[call.id] = call.rewards.get(FINAL, 0.0), 1
+        own = call.reward - call.rewards.get(FINAL, 0.0)
+        out[call.id] = sums[call.id] / counts[call.id] + own
+        if call.parent is not None:
+            sums[call.parent] += sums[call.id]
+            counts[call.parent] += counts[call.id]
+    return out
+
+
+def regroup_singletons(
+    keys: Sequence[Hashable], partition: Sequence[Hashable], size: int, rng: random.Random
+) -> tuple[list[Hashable], list[int]]:
+    """Algorithm 5's regrouping. Samples whose key occurs once are shuffled within
+    their `partition` value and cut into groups of `size`, each with a new key
+    ("regrouped", partition, n); the remainder keep their singleton keys.
+    Returns the new keys and the indices of the remainder (dropped from training)."""
+    if size < 2:
+        return list(keys), []
+    counts = Counter(keys)
+    pools: dict[Hashable, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        if counts[k] == 1:
+            pools[partition[i]].append(i)
+    out, left = list(keys), []
+    for part, members in pools.items():
+        rng.shuffle(members)
+        full = len(members) - len(members) % size
+        for j in range(full):
+            out[members[j]] = ("regrouped", part, j // size)
+        left.extend(members[full:])
+    return out, sorted(left)
+
+
+def group_round_robin(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """`task` groups, then singletons regrouped per agent (role) into groups of G, where
+    G is the largest group of the batch (the fork group). The shuffle is seeded by
+    the batch's prompts, so the same batch regroups the same way."""
+    keys, _ = round_robin_groups(calls)
+    return keys
+
+
+def round_robin_groups(calls: Sequence[tuple[int, Call]]) -> tuple[list[Hashable], list[int]]:
+    keys: list[Hashable] = [(i, c.role) for i, c in calls]
+    size = max(Counter(keys).values(), default=1)
+    digest = hashlib.sha256()
+    for _, c in calls:
+        digest.update((c.messages[-1].content if c.messages else "").encode("utf-8", "replace"))
+    rng = random.Random(int.from_bytes(digest.digest()[:8], "big"))
+    return regroup_singletons(keys, [c.role for _, c in calls], size, rng)
+
+
+def group_independent(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """Independent Sampling (Algorithm 4): the G candidates drawn at each fork point form one
+    homogeneous group; every other call is alone (advantage 0: not trained on).
+
+    An IS episode is a forest of fork_on trees that all start at the root, so roots of
+    different trees share parent None. In a fork_on tree branching happens once, at the
+    fork, so a fork candidate is a call with no branching at or below it; a call with a
+    branch below it is a prefix before a later fork and stays alone."""
+    kids: dict[tuple[int, str | None], int] = Counter((i, c.parent) for i, c in calls)
+    branching = {(i, parent) for (i, parent), n in kids.items() if n > 1 and parent is not None}
+    keys: list[Hashable] = []
+    for i, c in calls:
+        below = any(j == i and (p == c.id or p.startswith(c.id + ".")) for j, p in branching)
+        keys.append(("alone", i, c.id) if below else (i, c.parent))
+    return keys
+
+
+def per_agent_weights(roles: Sequence[Hashable]) -> list[float]:
+    """Sample weights that turn a per-sample mean (`seq_mean`) into MHGPO's eq. 6
+    average: 1/n sum_k 1/G_k sum_i (n agents, G_k samples of agent k). With N
+    samples, w_i = N / (n * G_k(i))."""
+    counts = Counter(roles)
+    n, total = len(counts), len(roles)
+    return [total / (n * counts[r]) for r in roles]
+
+
+CREDITS = {"tree_q": tree_q, "descendant_mean": descendant_mean}
 # One signature: the batch's trainable calls as (episode index, call) -> one group key per call.
 # Batch-level, so a grouping may also regroup across episodes.
-GROUPINGS = {"task": group_by_task, "siblings": group_by_siblings}
+GROUPINGS = {
+    "task": group_by_task,
+    "siblings": group_by_siblings,
+    "independent": group_independent,
+    "round_robin": group_round_robin,
+}
 
 
 def trainable_calls(episodes: Sequence[Episode]) -> list[tuple[int, Call]]:

@@ -10,6 +10,16 @@ continue (`keep`). Parallel sampling (G independent episodes) is the rule
 decision, keep all"; per-turn greedy trees and fork-at-agent are other rules
 over the same routine.
 
+The search pipeline's samplers (mhgpo-search-system.txt, appendix A) are
+rules too: `ForkAt(G, d)` is Algorithm 2's fork_on (one-to-one before and
+after depth d, G candidates at d); Fork-on-first is `ForkAt(G, 0)`. A rule
+may instead draw a per-task plan: `plans(task)` returns the rules whose
+trees together make the task's episode, grown side by side as one forest
+(root ids numbered on across plans). Independent Sampling plans one
+`ForkAt` per agent (Algorithm 4); Round-robin draws one fork depth per
+question from p (Algorithm 5, seeded by the task id so a resumed run draws
+the same).
+
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
 """
@@ -17,6 +27,7 @@ branch with a failed call; the other branches go on.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -59,6 +70,12 @@ class BranchRule(Protocol):
     def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]: ...
 
 
+class Planner(Protocol):
+    """A sampler that picks, per task, the branch rules whose trees make its episode."""
+
+    def plans(self, task: TaskItem) -> Sequence[BranchRule]: ...
+
+
 @dataclass(frozen=True)
 class Parallel:
     """G independent episodes per task: branch only at the root."""
@@ -87,19 +104,78 @@ class FullTree:
         return range(len(children))
 
 
-BRANCH_RULES = {"parallel": Parallel, "full_tree": FullTree}
+@dataclass(frozen=True)
+class ForkAt:
+    """fork_on (MHGPO, Algorithm 2): G candidates at depth `depth`, one everywhere else.
+    Fork-on-first is depth 0 (Algorithm 3)."""
+
+    group_size: int
+    depth: int = 0
+
+    def width(self, depth: int, step: Step) -> int:
+        return self.group_size if depth == self.depth else 1
+
+    def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]:
+        return range(len(children))
 
 
-async def expand(system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule) -> Episode:
+@dataclass(frozen=True)
+class IndependentSampling:
+    """IS (MHGPO, Algorithm 4): for each of the `agents` pipeline positions, a separate
+    fork_on at that position. Only the fork agent's G siblings form a (homogeneous)
+    group; pair it with `algo.grouping: independent`, which leaves every other call
+    alone in its group (advantage 0, so it is not trained on)."""
+
+    group_size: int
+    agents: int = 3
+
+    def plans(self, task: TaskItem) -> Sequence[BranchRule]:
+        return [ForkAt(self.group_size, d) for d in range(self.agents)]
+
+
+@dataclass(frozen=True)
+class RoundRobin:
+    """RR (MHGPO, Algorithm 5): per question the fork depth is drawn from `probs`
+    (one probability per agent, in pipeline order); calls before the fork are
+    singletons, regrouped across the batch by `algo.grouping: round_robin`."""
+
+    group_size: int
+    probs: tuple[float, ...] = (0.7, 0.1, 0.2)
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.probs or any(p < 0 for p in self.probs) or sum(self.probs) <= 0:
+            raise ValueError(f"round-robin probabilities must be >= 0 and not all 0, got {self.probs}")
+
+    def fork_depth(self, task: TaskItem) -> int:
+        rng = random.Random(f"{self.seed}:{task.id}")
+        return rng.choices(range(len(self.probs)), weights=self.probs)[0]
+
+    def plans(self, task: TaskItem) -> Sequence[BranchRule]:
+        return [ForkAt(self.group_size, self.fork_depth(task))]
+
+
+BRANCH_RULES = {
+    "parallel": Parallel,
+    "full_tree": FullTree,
+    "fork_on_first": ForkAt,
+    "independent": IndependentSampling,
+    "round_robin": RoundRobin,
+}
+
+
+async def expand(
+    system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner
+) -> Episode:
     calls: list[Call] = []  # appended parents first
 
-    async def grow(state: Any, parent: str | None, depth: int) -> None:
+    async def grow(state: Any, parent: str | None, depth: int, rule: BranchRule, first: int = 0) -> None:
         step = system.next_step(state)
         agent = agents[step.agent]
         outcomes = await asyncio.gather(*(_invoke(agent, step.messages) for _ in range(rule.width(depth, step))))
         children: list[tuple[Call, Transition | None]] = []
         for i, (reply, error) in enumerate(outcomes):
-            call_id = str(i) if parent is None else f"{parent}.{i}"
+            call_id = str(first + i) if parent is None else f"{parent}.{i}"
             base = dict(id=call_id, parent=parent, agent=step.agent, role=step.role, turn=step.turn, messages=step.messages)
             if reply is None:
                 children.append((Call(**base, reply=None, done=True, error=error), None))
@@ -109,11 +185,15 @@ async def expand(system: System, agents: Mapping[str, Agent], task: TaskItem, ru
             children.append((call, tr))
         calls.extend(c for c, _ in children)
         kept = rule.keep(depth, step, [c for c, _ in children])
-        await asyncio.gather(
-            *(grow(tr.state, call.id, depth + 1) for call, tr in (children[i] for i in kept) if tr and not call.done)
-        )
+        live = [(call, tr) for call, tr in (children[i] for i in kept) if tr and not call.done]
+        await asyncio.gather(*(grow(tr.state, call.id, depth + 1, rule) for call, tr in live))
 
-    await grow(system.start(task), None, 0)
+    start = system.start(task)
+    plans = rule.plans(task) if hasattr(rule, "plans") else [rule]  # a Planner, or one BranchRule
+    firsts = [0]  # the first root id of each plan's tree
+    for plan in plans[:-1]:
+        firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))
+    await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in zip(plans, firsts)))
     return Episode(task=task, calls=tuple(calls))
 
 
@@ -125,7 +205,7 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...]) -> tuple[Reply | 
 
 
 async def rollout(
-    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule
+    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner
 ) -> list[Episode]:
     """Expand every task's tree concurrently, so generation batches across tasks."""
     return list(await asyncio.gather(*(expand(system, agents, t, rule) for t in tasks)))

@@ -10,9 +10,15 @@ from collections.abc import Callable
 
 from masrl.systems.base import Built
 from masrl.systems.budget import build_budget
+from masrl.systems.pipeline import build_pipeline
 from masrl.systems.router import build_router
 from masrl.systems.single import build_single
 
 __all__ = ["SYSTEMS", "Built"]
 
-SYSTEMS: dict[str, Callable[..., Built]] = {"single": build_single, "router": build_router, "budget": build_budget}
+SYSTEMS: dict[str, Callable[..., Built]] = {
+    "single": build_single,
+    "router": build_router,
+    "pipeline": build_pipeline,
+    "budget": build_budget,
+}
