@@ -168,6 +168,7 @@ def test_shipped_budget_configs_run_two_steps(config, tmp_path, capsys):
     assert [r["mode"] for r in results] == ["low", "medium", "high"] and all(r["items"] == 3 for r in results)
     assert (run / "cost_accuracy.png").stat().st_size > 0
     assert (run / "checkpoints" / "latest").exists()
+    assert main(["report", str(run)]) == 0 and (run / "report.html").exists()
     baselines = json.loads((run / "budget_results.json").read_text())["baselines"]
     assert [b["method"] for b in baselines] == ["single:sim-nano", "single:sim-mid", "single:sim-strong", "random"]
     assert "| single:sim-strong |" in out
