@@ -395,3 +395,20 @@ def test_reference_rows_send_every_query_to_one_expert(decide_first):
     r = by["random"]  # each query went to one of the two: accuracy = share sent to cheap
     assert r.mean_cost == pytest.approx(r.accuracy * 0.0025 + (1 - r.accuracy) * 0.05)
     assert "| single:cheap | 1.000 | 0.00250 | 0.0075 | 1.00 | 0.00 | 0.00 |" in baselines_table(rows, ["low", "medium", "high"])
+
+
+def test_an_episode_spending_exactly_its_budget_is_rewarded_and_one_ulp_less_budget_is_not():
+    import math
+
+    spent = 0.0 + 0.0025 + 0.05  # the hand episode's spend, summed in the order the episode spends it
+    modes = (BudgetMode("exact", spent), BudgetMode("short", math.nextafter(spent, 0.0)))
+    ctrl_texts = ["<call>cheap</call>", "<call>pricey</call>", "<answer>6</answer>"]
+    rewards = {}
+    for mode in ("exact", "short"):
+        agents = {"controller": Scripted("controller", ctrl_texts, 300, 20),
+                  "cheap": Scripted("cheap", ["a"], 100, 50), "pricey": Scripted("pricey", ["b"], 200, 100)}
+        sys_ = system(modes=modes, mode_probs=(1.0, 1.0), fixed_mode=mode)
+        final = run(sys_, agents, TaskItem("q3", "What is 3 + 3?", "6")).calls[-1]
+        assert final.rewards["cost"] == spent
+        rewards[mode] = final.reward
+    assert rewards == {"exact": 1.0, "short": 0.0}
