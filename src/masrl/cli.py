@@ -106,6 +106,16 @@ def _eval(args) -> int:
 
         summary = evaluate_puppeteer(engine, items).metrics
         print(json.dumps(summary, indent=2))
+    elif engine.config.system.kind == "budget":  # the controller under each budget mode
+        from dataclasses import asdict
+
+        from masrl.budget.evaluation import budget_report, evaluate_baselines, evaluate_modes
+
+        b, seed = engine.config.budget, engine.config.run.seed
+        results = evaluate_modes(engine.system, engine.eval_agents, items, b.eval_modes)
+        baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, seed)
+        print(budget_report(results, engine.system.experts, baselines))
+        summary = {"modes": [asdict(r) for r in results], "baselines": [asdict(x) for x in baselines]}
     elif engine.pool:  # a router: the controller and the baselines under the usage caps
         from dataclasses import asdict
 

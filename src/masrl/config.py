@@ -54,7 +54,7 @@ class TaskConfig(Section):
 
 
 class SystemConfig(Section):
-    kind: Literal["single", "router", "pipeline", "puppeteer"] = "single"
+    kind: Literal["single", "router", "pipeline", "puppeteer", "budget"] = "single"
     prompt: str = Field(
         "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
         description="system prompt of the single agent",
@@ -138,6 +138,47 @@ class PuppeteerConfig(Section):
     )
     cost_unit: float = Field(100.0, gt=0.0, description="F = the step's tokens (or GFLOPs) / cost_unit")
     graphs: int = Field(4, ge=0, description="orchestration graphs (DOT) written per evaluation")
+
+
+class PriceConfig(Section):
+    input_per_1k: float = Field(0.0, ge=0.0, description="dollars per 1k input tokens")
+    output_per_1k: float = Field(0.0, ge=0.0, description="dollars per 1k output tokens")
+
+
+class BudgetConfig(Section):
+    """The budget-controllable controller (system.kind=budget; corl-budget-controller.txt, sec. 3.3)."""
+
+    experts: Literal["simulated", "pool"] = Field(
+        "simulated", description="simulated: the priced three-expert SIMULATED pool (masrl/pools/priced.py); "
+        "pool: the experts of the pool section, cheapest first"
+    )
+    modes: dict[str, float] = Field(
+        default_factory=lambda: {"low": 0.001, "medium": 0.006, "high": 1000.0},
+        description="budget mode -> budget B in dollars per query (paper appendix A: 0.001 / 0.006 / 1000)",
+    )
+    mode_probs: dict[str, float] = Field(
+        default_factory=dict, description="training draw weight per mode; unlisted modes weigh 1"
+    )
+    reward: Literal["hard", "soft"] = Field(
+        "hard", description="hard: r_perf * [cost <= B] (paper eq. 7); soft: r_perf - soft_penalty * cost / B"
+    )
+    soft_penalty: float = Field(0.5, ge=0.0, description="soft reward: penalty per budget spent")
+    format_weight: float = Field(0.0, ge=0.0, description="reward for a well-formed final action (paper: none)")
+    max_rounds: int = Field(3, ge=1, description="R: controller rounds per episode; the last must answer")
+    protocol: Literal["free", "decide"] = Field(
+        "free", description="free: reason, then <answer> or <call> (the paper); decide: each round's reply is "
+        "prefilled <call> and names an expert or 'none', then a prefilled <answer> call (small controllers)"
+    )
+    prefill: str = Field("", description="protocol free: text the controller's reply starts with (part of its prompt)")
+    prices: dict[str, PriceConfig] = Field(
+        default_factory=dict, description="price table overrides per agent (experts, or 'controller'); "
+        "default: each expert's own price"
+    )
+    eval_modes: list[str] = Field(default_factory=list, description="modes evaluated; default all")
+    baselines: list[str] = Field(
+        default_factory=lambda: ["single", "random"],
+        description="reference rows evaluated at the end: single (each expert alone), random (an expert per query)",
+    )
 
 
 class SearchConfig(Section):
@@ -261,6 +302,7 @@ class Config(Section):
     pool: PoolConfig = PoolConfig()
     router: RouterConfig = RouterConfig()
     puppeteer: PuppeteerConfig = PuppeteerConfig()
+    budget: BudgetConfig = BudgetConfig()
     search: SearchConfig = SearchConfig()
     sampler: SamplerConfig = SamplerConfig()
     rollout: RolloutConfig = RolloutConfig()
@@ -294,6 +336,8 @@ class Config(Section):
             raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
         if self.system.kind == "puppeteer":
             _check_puppeteer(self)
+        no_experts = self.system.kind == "budget" and self.pool.kind == "agents" and not self.pool.agents
+        _check_budget(self.budget, no_experts)
         unknown = set(self.reward.weights) - {"correct", "format"}
         if unknown:
             raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
@@ -318,6 +362,25 @@ def _check_puppeteer(config: "Config") -> None:
     if p.policy == "head" and config.algo.advantage == "gae":
         raise ValueError("puppeteer.policy 'head' scores agents, not tokens: use algo.advantage reinforce or "
                          "reinforce_baseline")
+
+
+def _check_budget(b: BudgetConfig, no_pool_agents: bool) -> None:
+    """The budget section's cross-field rules (ValueError, turned into a ConfigError by `validate`)."""
+    if not b.modes or any(v <= 0 for v in b.modes.values()):
+        raise ValueError("budget.modes needs at least one mode, each with a budget > 0 dollars")
+    for key, names in (("mode_probs", b.mode_probs), ("eval_modes", b.eval_modes)):
+        unknown = set(names) - set(b.modes)
+        if unknown:
+            raise ValueError(f"budget.{key} names unknown modes {sorted(unknown)}; modes: {list(b.modes)}")
+    if any(p < 0 for p in b.mode_probs.values()) or sum(b.mode_probs.get(m, 1.0) for m in b.modes) <= 0:
+        raise ValueError("budget.mode_probs must be >= 0 and not all 0")
+    unknown = set(b.baselines) - {"single", "random"}
+    if unknown:
+        raise ValueError(f"budget.baselines has unknown entries {sorted(unknown)}; known: single, random")
+    if b.protocol == "decide" and b.prefill:
+        raise ValueError("budget.prefill is for protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
+    if b.experts == "pool" and no_pool_agents:
+        raise ValueError("budget.experts 'pool' with pool.kind 'agents' needs pool.agents: the experts, cheapest first")
 
 
 PACKAGED = Path(__file__).parent / "configs"

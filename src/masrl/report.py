@@ -81,14 +81,20 @@ def curve_table(rows: list[dict], every: int = 1) -> str:
     return "\n".join(lines)
 
 
+def _cell(row: dict, key: str, fmt: str) -> str:
+    """A metric formatted for the eval table, or "-" where a system's evaluation does not log it."""
+    value = row.get(key)
+    return "-" if value is None else format(value, fmt)
+
+
 def write_report(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     charts = "".join(svg_line(series(rows, key), title) for key, title in CURVES)
     evals = [r for r in rows if r.get("kind") == "eval"]
     eval_rows = "".join(
-        f"<tr><td>{r['step']}</td><td>{r['eval/accuracy']:.3f}</td><td>{r['eval/mean_tokens']:.1f}</td>"
-        f"<td>{r['eval/cost']:.4f}</td><td>{int(r['eval/items'])}</td></tr>"
+        f"<tr><td>{r['step']}</td><td>{_cell(r, 'eval/accuracy', '.3f')}</td><td>{_cell(r, 'eval/mean_tokens', '.1f')}</td>"
+        f"<td>{_cell(r, 'eval/cost', '.4f')}</td><td>{_cell(r, 'eval/items', '.0f')}</td></tr>"
         for r in evals
     )
     page = (

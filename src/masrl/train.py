@@ -327,6 +327,8 @@ def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final:
         from masrl.puppeteer.evaluation import log_puppeteer_eval
 
         return log_puppeteer_eval(engine, logger, step, label, items)
+    if engine.config.system.kind == "budget":
+        return _log_budget_eval(engine, logger, step, label, items, final)
     if engine.pool:
         return _log_router_eval(engine, logger, step, label, items, final)
     result = evaluate(engine, items)
@@ -352,6 +354,21 @@ def _log_router_eval(engine: Engine, logger: "RunLogger", step: int, label: str,
                + ", ".join(f"{k} {v:.2f}" for k, v in controller.usage.items()) + f", cost ${controller.cost:.4f}")
     if final:
         tqdm.write(write_router_results(logger.run_dir, results, engine))
+    return summary
+
+
+def _log_budget_eval(engine: Engine, logger: "RunLogger", step: int, label: str, items, final: bool) -> dict[str, float]:
+    """The controller under each budget mode; at the end also the table and the cost-accuracy plot."""
+    from masrl.budget.evaluation import eval_metrics, evaluate_baselines, evaluate_modes, write_budget_results
+
+    results = evaluate_modes(engine.system, engine.eval_agents, items, engine.config.budget.eval_modes)
+    summary = eval_metrics(results)
+    logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
+    tqdm.write(f"eval {label}: " + ", ".join(f"{r.mode} acc {r.accuracy:.3f} ${r.mean_cost:.5f}/query" for r in results))
+    if final:
+        b = engine.config.budget
+        baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, engine.config.run.seed)
+        tqdm.write(write_budget_results(logger.run_dir, results, engine.system.experts, baselines))
     return summary
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from masrl.systems.base import Built
+from masrl.systems.budget import build_budget
 from masrl.systems.pipeline import build_pipeline
 from masrl.systems.puppeteer import build_puppeteer
 from masrl.systems.router import build_router
@@ -21,4 +22,5 @@ SYSTEMS: dict[str, Callable[..., Built]] = {
     "router": build_router,
     "pipeline": build_pipeline,
     "puppeteer": build_puppeteer,
+    "budget": build_budget,
 }

@@ -1,0 +1,1 @@
+"""Evaluation of the budget-controllable controller (masrl.systems.budget)."""

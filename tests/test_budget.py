@@ -1,0 +1,414 @@
+"""The budget-controllable controller: protocol, prices, rewards at the budget boundary, episodes, per-mode eval."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from masrl.algos.gae import token_gae, trajectories
+from masrl.budget.evaluation import baselines_table, evaluate_baselines, modes_table, subsets_table, summarise_mode
+from masrl.pools.priced import CORL_EXPERTS, PAPER_PRICES, priced_pool
+from masrl.rollout.tree import Parallel, expand
+from masrl.systems.budget import (
+    PAPER_BUDGETS,
+    BudgetMode,
+    BudgetSystem,
+    RewardSettings,
+    budget_reward,
+    call_cost,
+    draw_mode,
+    parse_action,
+    path_cost,
+)
+from masrl.types import Message, Price, Reply, TaskItem
+
+EXPERTS = ("cheap", "pricey")
+PRICES = {"cheap": Price(0.01, 0.03), "pricey": Price(0.1, 0.3)}
+MODES = tuple(BudgetMode(k, v) for k, v in PAPER_BUDGETS.items())
+
+
+# ---------------------------------------------------------------- test doubles
+@dataclass(frozen=True)
+class ExactTask:
+    """A task whose answer is right when it equals the gold string."""
+
+    name: str = "exact"
+
+    def score(self, item, answer):
+        return float(answer.strip() == item.answer)
+
+    def extract_answer(self, text):
+        return None
+
+    def items(self, split, start, count):
+        return [TaskItem(f"{split}-{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(start, start + count)]
+
+
+class Scripted:
+    """An agent that replies with the next of its texts, reporting the given token counts."""
+
+    def __init__(self, name, texts, tokens_in, tokens_out):
+        self.name, self.texts, self.tokens_in, self.tokens_out = name, list(texts), tokens_in, tokens_out
+        self.seen: list[tuple[Message, ...]] = []
+
+    async def __call__(self, messages):
+        self.seen.append(tuple(messages))
+        text = self.texts[min(len(self.seen) - 1, len(self.texts) - 1)]
+        return Reply(text, self.tokens_in, self.tokens_out, 0.0)
+
+
+def system(**kw) -> BudgetSystem:
+    args = dict(task_family=ExactTask(), experts=EXPERTS, prices=PRICES, modes=MODES, mode_probs=(1.0, 1.0, 1.0))
+    return BudgetSystem(**{**args, **kw})
+
+
+def run(sys_, agents, item):
+    return asyncio.run(expand(sys_, agents, item, Parallel(1)))
+
+
+# ---------------------------------------------------------------- protocol
+@pytest.mark.parametrize(
+    "text, kind, expert, query, answer",
+    [
+        ("I can do this. <answer>42</answer>", "answer", None, "", "42"),
+        ("Hard one. <call>pricey: what is 6*7?</call>", "call", "pricey", "what is 6*7?", None),
+        ("<call>CHEAP</call>", "call", "cheap", "", None),
+        ("<call>pri</call>", "call", "pricey", "", None),  # unique part of a name
+        ("<call>cheap: x</call> then <answer>3</answer>", "call", "cheap", "x", None),  # first tag wins
+        ("<answer>3</answer><call>cheap</call>", "answer", None, "", "3"),
+    ],
+)
+def test_parse_answers_and_calls(text, kind, expert, query, answer):
+    a = parse_action(text, EXPERTS, can_call=True)
+    assert (a.kind, a.expert, a.query, a.answer) == (kind, expert, query, answer)
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("just words", "no <answer> or <call> tag"),
+        ("<answer>  </answer>", "empty <answer>"),
+        ("<call>oracle: hi</call>", "unknown expert 'oracle'"),
+        ("<call>p</call>", "unknown expert 'p'"),  # part of both names: ambiguous
+        ("<answer>4", "no <answer> or <call> tag"),  # unclosed
+    ],
+)
+def test_malformed_output_is_a_format_failure(text, reason):
+    a = parse_action(text, EXPERTS, can_call=True)
+    assert a.kind == "format_error" and a.reason == reason
+
+
+def test_a_call_in_the_last_round_is_a_format_failure():
+    a = parse_action("<call>cheap</call>", EXPERTS, can_call=False)
+    assert a.kind == "format_error" and a.reason == "a call in the last round"
+
+
+def test_parser_never_raises_on_garbage():
+    for text in ["", "<", "</call>", "<call></call>", "<call>:</call>", "<answer><call>x</call></answer>", "\x00" * 9]:
+        assert parse_action(text, EXPERTS, can_call=True).kind in ("answer", "call", "format_error")
+
+
+# ---------------------------------------------------------------- prices and rewards
+def test_call_cost_from_the_price_table():
+    # cheap: 100 in * 0.01/1k + 50 out * 0.03/1k = 0.001 + 0.0015
+    assert call_cost(PRICES, "cheap", 100, 50) == pytest.approx(0.0025)
+    assert call_cost(PRICES, "controller", 1000, 1000) == 0.0  # unpriced: free
+
+
+def test_paper_budgets_and_prices():
+    assert PAPER_BUDGETS == {"low": 0.001, "medium": 0.006, "high": 1000.0}
+    # o3 billed 1,350 hidden + 50 visible output tokens and 80 input: 0.16e-3 + 11.2e-3 dollars
+    assert PAPER_PRICES["o3"].cost(80, 1400) == pytest.approx(0.01136)
+    assert [name for name, *_ in CORL_EXPERTS] == ["sim-nano", "sim-mid", "sim-strong"]
+
+
+@pytest.mark.parametrize("mode, budget", sorted(PAPER_BUDGETS.items()))
+def test_hard_reward_at_the_budget_boundary(mode, budget):
+    s = RewardSettings("hard")
+    assert budget_reward(True, budget, budget, True, s)["reward"] == 1.0  # cost == B is within budget
+    assert budget_reward(True, budget * (1 + 1e-9), budget, True, s)["reward"] == 0.0
+    assert budget_reward(False, 0.0, budget, True, s)["reward"] == 0.0
+    over = budget_reward(True, budget * 2, budget, True, s)
+    assert over["within_budget"] == 0.0 and over["correct"] == 1.0 and over["hard"] == 0.0
+
+
+def test_soft_reward_subtracts_spend_in_budgets_and_both_are_reported():
+    terms = budget_reward(True, 0.003, 0.006, True, RewardSettings("soft", soft_penalty=0.5))
+    assert terms["soft"] == pytest.approx(1.0 - 0.5 * 0.5)
+    assert terms["hard"] == 1.0 and terms["reward"] == pytest.approx(0.75)
+    # format weight only for well-formed actions
+    assert budget_reward(False, 0.0, 1.0, False, RewardSettings("hard", format_weight=0.1))["reward"] == 0.0
+    assert budget_reward(False, 0.0, 1.0, True, RewardSettings("hard", format_weight=0.1))["reward"] == 0.1
+
+
+def test_mode_draw_is_reproducible_and_follows_the_weights():
+    drawn = [draw_mode(0, f"train-{i}", MODES, (1.0, 1.0, 2.0)).name for i in range(4000)]
+    assert drawn == [draw_mode(0, f"train-{i}", MODES, (1.0, 1.0, 2.0)).name for i in range(4000)]
+    assert drawn.count("high") / 4000 == pytest.approx(0.5, abs=0.03)
+    assert drawn.count("low") / 4000 == pytest.approx(0.25, abs=0.03)
+    assert {draw_mode(0, f"t{i}", MODES, (0.0, 1.0, 0.0)).name for i in range(200)} == {"medium"}
+
+
+# ---------------------------------------------------------------- episodes
+def hand_episode(mode: str, prices=PRICES):
+    """Round 1 asks cheap, round 2 asks pricey, round 3 answers right."""
+    ctrl = Scripted("controller", ["<call>cheap: add them</call>", "<call>pricey</call>", "<answer>6</answer>"], 300, 20)
+    cheap = Scripted("cheap", ["It is <answer>6</answer>."], 100, 50)
+    pricey = Scripted("pricey", ["Surely <answer>6</answer>."], 200, 100)
+    sys_ = system(prices=prices, fixed_mode=mode)
+    ep = run(sys_, {"controller": ctrl, "cheap": cheap, "pricey": pricey}, TaskItem("q3", "What is 3 + 3?", "6"))
+    return ep, ctrl, cheap, pricey
+
+
+def test_cost_sums_over_a_hand_computed_episode():
+    priced = {**PRICES, "controller": Price(0.001, 0.002)}
+    ep, *_ = hand_episode("high", priced)
+    assert [c.agent for c in ep.calls] == ["controller", "cheap", "controller", "pricey", "controller"]
+    # cheap  100 * 0.01 + 50 * 0.03   = 2.5   (per 1k tokens -> /1000)
+    # pricey 200 * 0.1  + 100 * 0.3   = 50.0
+    # controller 3 x (300 * 0.001 + 20 * 0.002) = 3 x 0.34 = 1.02
+    expected = (2.5 + 50.0 + 1.02) / 1000
+    final = ep.calls[-1]
+    assert final.done and final.rewards["cost"] == pytest.approx(expected)
+    assert path_cost(priced, ep.calls) == pytest.approx(expected)
+    assert final.rewards["expert_calls"] == 2.0 and final.rewards["answered_alone"] == 0.0
+
+
+@pytest.mark.parametrize("mode, reward", [("low", 0.0), ("medium", 0.0), ("high", 1.0)])
+def test_reward_of_the_same_episode_under_each_mode(mode, reward):
+    ep, *_ = hand_episode(mode)  # costs 0.0525 dollars: only high affords it
+    final = ep.calls[-1]
+    assert final.rewards["correct"] == 1.0 and final.reward == reward and final.rewards["hard"] == reward
+
+
+def test_expert_replies_are_appended_and_the_mode_is_in_the_prompt():
+    ep, ctrl, cheap, pricey = hand_episode("low")
+    system_text = ctrl.seen[0][0].content
+    assert "Budget mode: low" in system_text and "$0.001" in system_text and "cheap" in system_text
+    # the expert sees the problem and the sub-query; with no sub-query, the problem alone
+    assert "What is 3 + 3?" in cheap.seen[0][1].content and "add them" in cheap.seen[0][1].content
+    assert pricey.seen[0][1].content == "What is 3 + 3?"
+    last = ctrl.seen[2]  # round 3: the whole exchange, then "answer now"
+    assert [m.role for m in last] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert last[2].content == "<call>cheap: add them</call>" and "It is <answer>6</answer>." in last[3].content
+    assert "Surely" in last[5].content and "No more calls" in last[5].content
+    assert "No more calls" not in last[3].content
+
+
+def test_answering_alone_and_format_failures_end_the_episode():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["<answer>2</answer>"], 10, 5)
+    ep = run(system(fixed_mode="low"), {"controller": ctrl}, item)
+    assert len(ep.calls) == 1 and ep.calls[0].rewards["answered_alone"] == 1.0 and ep.calls[0].reward == 1.0
+    bad = Scripted("controller", ["I think it is two."], 10, 5)
+    ep = run(system(fixed_mode="high"), {"controller": bad}, item)
+    assert ep.calls[0].done and ep.calls[0].rewards["format_error"] == 1.0 and ep.calls[0].reward == 0.0
+
+
+def test_max_rounds_stops_calls():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["<call>cheap</call>"], 10, 5)
+    cheap = Scripted("cheap", ["<answer>2</answer>"], 10, 5)
+    ep = run(system(fixed_mode="high", max_rounds=2), {"controller": ctrl, "cheap": cheap}, item)
+    assert [c.agent for c in ep.calls] == ["controller", "cheap", "controller"]
+    assert ep.calls[-1].action.reason == "a call in the last round" and ep.calls[-1].reward == 0.0
+
+
+def test_prefill_is_part_of_the_prompt_and_of_the_parsed_text():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["2</answer>"], 10, 5)
+    ep = run(system(fixed_mode="high", prefill="<answer>"), {"controller": ctrl}, item)
+    assert ctrl.seen[0][-1] == Message("assistant", "<answer>") and ep.calls[0].rewards["correct"] == 1.0
+
+
+def test_gae_runs_over_the_controller_tokens_only():
+    """Two controller rounds of 2 and 3 tokens around an expert call, reward 1 at the end; gamma 1, lam 0.5.
+
+    Values [0.1, 0.2 | 0.3, 0.4, 0.5]; rewards [0, 0 | 0, 0, 1]; the expert's reply is no time step:
+    deltas: 0.2-0.1=0.1, 0.3-0.2=0.1, 0.4-0.3=0.1, 0.5-0.4=0.1, 1-0.5=0.5
+    A_4 = 0.5, A_3 = 0.1 + 0.5*0.5 = 0.35, A_2 = 0.1 + 0.175 = 0.275, A_1 = 0.1 + 0.1375 = 0.2375,
+    A_0 = 0.1 + 0.11875 = 0.21875."""
+    ctrl = TrainableScripted(["<call>cheap</call>", "<answer>2</answer>"], [2, 3])
+    cheap = Scripted("cheap", ["<answer>2</answer>"], 10, 5)
+    ep = run(system(fixed_mode="high"), {"controller": ctrl, "cheap": cheap}, TaskItem("q", "What is 1 + 1?", "2"))
+    paths = trajectories([ep])
+    assert len(paths) == 1 and [c.agent for c in paths[0].calls] == ["controller", "controller"]
+    values = {(0, "0"): [0.1, 0.2], (0, "0.0.0"): [0.3, 0.4, 0.5]}
+    out = token_gae(paths, values, gamma=1.0, lam=0.5)
+    assert out[(0, "0")].advantages == pytest.approx((0.21875, 0.2375))
+    assert out[(0, "0.0.0")].advantages == pytest.approx((0.275, 0.35, 0.5))
+    assert out[(0, "0.0.0")].returns == pytest.approx((0.575, 0.75, 1.0))
+
+
+class TrainableScripted(Scripted):
+    """A scripted controller whose replies carry token ids, as a trainable policy's do."""
+
+    def __init__(self, texts, lengths):
+        super().__init__("controller", texts, 7, 0)
+        self.lengths = lengths
+
+    async def __call__(self, messages):
+        r = await super().__call__(messages)
+        n = self.lengths[len(self.seen) - 1]
+        return Reply(r.text, 7, n, 0.0, prompt_ids=(1,) * 7, response_ids=tuple(range(n)), policy="controller")
+
+
+# ---------------------------------------------------------------- the priced simulated pool
+def test_priced_pool_bills_hidden_tokens_at_paper_prices():
+    item = TaskItem("i1", "What is 12 + 30?", "42", {"num_terms": 2, "num_digits": 2, "expression": "12 + 30"})
+    pool = priced_pool(seed=0, task=[item])
+    assert list(pool) == ["sim-nano", "sim-mid", "sim-strong"]
+    msgs = (Message("system", "solve"), Message("user", "What is 12 + 30?"))
+    for name, _, model, hidden in CORL_EXPERTS:
+        reply = asyncio.run(pool[name](msgs))
+        visible = pool[name].agent.reply_for(item, msgs, attempt=0).tokens_out
+        assert reply.tokens_out == visible + hidden
+        assert reply.cost == pytest.approx(PAPER_PRICES[model].cost(reply.tokens_in, reply.tokens_out))
+    costs = {n: asyncio.run(pool[n](msgs)).cost for n in pool}
+    # the paper's budgets separate the experts: low affords nano only, medium also mid, high all
+    assert costs["sim-nano"] < 0.001 < costs["sim-mid"] < 0.006 < costs["sim-strong"]
+
+
+# ---------------------------------------------------------------- per-mode evaluation
+def test_summarise_mode_against_hand_counts():
+    levels = ["easy", "hard", "hard", "easy"]
+    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i), {"level": levels[i]}) for i in range(4)]
+    scripts = [
+        ["<answer>0</answer>"],  # alone, right
+        ["<call>cheap</call>", "<answer>2</answer>"],  # cheap, right
+        ["<call>pricey</call>", "<answer>5</answer>"],  # pricey, wrong
+        ["no idea"],  # format failure
+    ]
+    episodes = []
+    for item, script in zip(items, scripts):
+        agents = {"controller": Scripted("controller", script, 10, 5),
+                  "cheap": Scripted("cheap", ["x"], 100, 50), "pricey": Scripted("pricey", ["y"], 200, 100)}
+        episodes.append(run(system(fixed_mode="medium"), agents, item))
+    r = summarise_mode("medium", 0.006, episodes, EXPERTS)
+    assert r.accuracy == 0.5 and r.answered_alone == 0.25 and r.format_errors == 0.25
+    assert r.call_ratio == {"cheap": 0.25, "pricey": 0.25} and r.calls_per_query == {"cheap": 0.25, "pricey": 0.25}
+    assert r.total_cost == pytest.approx(0.0025 + 0.05) and r.mean_cost == pytest.approx(0.0525 / 4)
+    assert r.over_budget == 0.25  # only the pricey call (0.05 > 0.006)
+    assert r.hard_reward == 0.5  # the two right answers are within budget
+    table = modes_table([r], EXPERTS)
+    assert "| medium | 0.006 | 0.500 |" in table and "calls pricey" in table
+    # per level: easy = alone right + format failure (no cost); hard = cheap right + pricey wrong
+    assert r.by_subset["easy"] == {"items": 2.0, "accuracy": 0.5, "mean_cost": 0.0, "total_cost": 0.0}
+    assert r.by_subset["hard"]["accuracy"] == 0.5 and r.by_subset["hard"]["mean_cost"] == pytest.approx(0.0525 / 2)
+    assert "| medium | 0.500 | 0.500 | 0.00000 | 0.02625 |" in subsets_table([r])
+
+
+def test_the_answer_body_is_read_by_the_task():
+    from masrl.tasks.math import MathTask
+
+    sys_ = system(task_family=MathTask("basic_arithmetic", seed=0), fixed_mode="low")
+    ctrl = Scripted("controller", ["<answer>The answer is $42.</answer>"], 10, 5)
+    ep = run(sys_, {"controller": ctrl}, TaskItem("q", "What is 40 + 2?", "42"))
+    assert ep.calls[0].rewards["correct"] == 1.0
+
+
+def test_training_metrics_per_mode():
+    sys_ = system()
+    items = ExactTask().items("train", 0, 30)
+    agents = {"controller": Scripted("controller", ["<answer>0</answer>"], 10, 5)}
+    episodes = [run(sys_, agents, it) for it in items]
+    m = sys_.observe(episodes)
+    modes = {sys_.mode_for(it).name for it in items}
+    assert {k.split("/")[1] for k in m} == modes
+    assert sum(m[f"mode/{x}/trajectories"] for x in modes) == 30
+
+
+def test_unknown_fixed_mode_is_an_error():
+    with pytest.raises(ValueError, match="unknown budget mode"):
+        system(fixed_mode="lavish")
+
+
+# ---------------------------------------------------------------- decide-first protocol
+def test_decide_first_answers_alone_in_two_prefilled_calls():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["none</call>", "2</answer>"], 10, 5)
+    ep = run(system(fixed_mode="low", decide_first=True), {"controller": ctrl}, item)
+    assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("answer", 1)]
+    assert ctrl.seen[0][-1] == Message("assistant", "<call>") and "<call>none</call>, <call>cheap</call>" in ctrl.seen[0][0].content
+    assert [m.content for m in ctrl.seen[1][-3:]] == ["<call>none</call>", "Now give the final answer as <answer>ANSWER</answer>.", "<answer>"]
+    final = ep.calls[-1]
+    assert final.rewards["answered_alone"] == 1.0 and final.reward == 1.0 and ep.calls[0].reward == 0.0
+
+
+def test_decide_first_chooses_again_after_a_reply():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["cheap</call>", "none</call>", "2</answer>"], 10, 5)
+    cheap = Scripted("cheap", ["It is <answer>2</answer>."], 100, 50)
+    ep = run(system(fixed_mode="high", decide_first=True, max_rounds=3), {"controller": ctrl, "cheap": cheap}, item)
+    assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("expert", 1), ("controller", 2), ("answer", 2)]
+    assert "Choose again: <call>none</call>" in ctrl.seen[1][-2].content and ctrl.seen[1][-1].content == "<call>"
+    assert ep.calls[-1].reward == 1.0 and ep.calls[-1].rewards["answered_alone"] == 0.0
+
+
+def test_decide_first_calls_then_answers_in_the_last_round():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["cheap</call>", "2</answer>"], 10, 5)
+    cheap = Scripted("cheap", ["It is <answer>2</answer>."], 100, 50)
+    ep = run(system(fixed_mode="low", decide_first=True, max_rounds=2), {"controller": ctrl, "cheap": cheap}, item)
+    assert [(c.agent, c.role, c.turn) for c in ep.calls] == [
+        ("controller", "controller", 1), ("cheap", "expert", 1), ("controller", "answer", 2)]
+    assert ctrl.seen[1][-1] == Message("assistant", "<answer>") and "No more calls" in ctrl.seen[1][-2].content
+    final = ep.calls[-1]
+    assert final.rewards["cost"] == pytest.approx(0.0025) and final.reward == 0.0  # over the low budget
+    assert final.rewards["correct"] == 1.0 and final.rewards["expert_calls"] == 1.0
+
+
+@pytest.mark.parametrize("decision", ["nobody</call>", "</call>", "gibberish"])
+def test_decide_first_bad_decisions_are_format_failures(decision):
+    ctrl = Scripted("controller", [decision], 10, 5)
+    ep = run(system(fixed_mode="high", decide_first=True), {"controller": ctrl}, TaskItem("q", "1 + 1?", "2"))
+    assert len(ep.calls) == 1 and ep.calls[0].done and ep.calls[0].rewards["format_error"] == 1.0
+
+
+def test_none_is_an_unknown_expert_in_the_free_protocol():
+    assert parse_action("<call>none</call>", EXPERTS, can_call=True).kind == "format_error"
+    assert parse_action("<call>None</call>", EXPERTS, can_call=True, alone="none").kind == "alone"
+
+
+@pytest.mark.parametrize("decide_first", [False, True])
+def test_reference_rows_send_every_query_to_one_expert(decide_first):
+    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(3)]
+    answers = {"cheap": "It is <answer>{}</answer>.", "pricey": "Surely <answer>{}</answer>."}
+
+    class Expert(Scripted):
+        async def __call__(self, messages):  # cheap is always right, pricey always wrong
+            r = await super().__call__(messages)
+            i = int(messages[-1].content.split()[2])
+            return Reply(answers[self.name].format(2 * i + (self.name == "pricey")), r.tokens_in, r.tokens_out, 0.0)
+
+    agents = {"cheap": Expert("cheap", ["-"], 100, 50), "pricey": Expert("pricey", ["-"], 200, 100)}
+    rows = evaluate_baselines(system(decide_first=decide_first), agents, items, ["single", "random"], seed=0)
+    by = {r.method: r for r in rows}
+    assert list(by) == ["single:cheap", "single:pricey", "random"]
+    assert by["single:cheap"].accuracy == 1.0 and by["single:cheap"].mean_cost == pytest.approx(0.0025)
+    assert by["single:pricey"].accuracy == 0.0 and by["single:pricey"].total_cost == pytest.approx(0.15)
+    assert by["single:cheap"].over_budget == {"low": 1.0, "medium": 0.0, "high": 0.0}
+    assert by["single:pricey"].over_budget == {"low": 1.0, "medium": 1.0, "high": 0.0}
+    r = by["random"]  # each query went to one of the two: accuracy = share sent to cheap
+    assert r.mean_cost == pytest.approx(r.accuracy * 0.0025 + (1 - r.accuracy) * 0.05)
+    assert "| single:cheap | 1.000 | 0.00250 | 0.0075 | 1.00 | 0.00 | 0.00 |" in baselines_table(rows, ["low", "medium", "high"])
+
+
+def test_an_episode_spending_exactly_its_budget_is_rewarded_and_one_ulp_less_budget_is_not():
+    import math
+
+    spent = 0.0 + 0.0025 + 0.05  # the hand episode's spend, summed in the order the episode spends it
+    modes = (BudgetMode("exact", spent), BudgetMode("short", math.nextafter(spent, 0.0)))
+    ctrl_texts = ["<call>cheap</call>", "<call>pricey</call>", "<answer>6</answer>"]
+    rewards = {}
+    for mode in ("exact", "short"):
+        agents = {"controller": Scripted("controller", ctrl_texts, 300, 20),
+                  "cheap": Scripted("cheap", ["a"], 100, 50), "pricey": Scripted("pricey", ["b"], 200, 100)}
+        sys_ = system(modes=modes, mode_probs=(1.0, 1.0), fixed_mode=mode)
+        final = run(sys_, agents, TaskItem("q3", "What is 3 + 3?", "6")).calls[-1]
+        assert final.rewards["cost"] == spent
+        rewards[mode] = final.reward
+    assert rewards == {"exact": 1.0, "short": 0.0}
