@@ -17,20 +17,11 @@ from masrl.rollout.tree import Parallel, rollout
 from masrl.train import score
 from masrl.types import Sample
 from masrl.update import micro_batches
+from smoke import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL = (
-    "model.name=tiny",
-    "model.lora_rank=4",
-    "model.lora_alpha=8",
-    "trainer.steps=2",
-    "trainer.batch_size=2",
-    "trainer.checkpoint_every=1",
-    "rollout.max_new_tokens=6",
-    "eval.max_new_tokens=6",
-    "eval.size=3",
-)
+SMALL = tiny_run()
 # The untrained tiny model writes no tags; in the free protocol a prefilled call makes every round but
 # the last ask an expert (two calls, then a format failure).
 CALLING = ("budget.protocol=free", "budget.prefill=<call>sim-nano: check this</call>", "budget.max_rounds=3")

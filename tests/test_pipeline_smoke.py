@@ -8,6 +8,7 @@ import pytest
 
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
+from smoke import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -15,18 +16,7 @@ SYNTHETIC = (
     "search.synthetic={people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12, books: 12,"
     " songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}"
 )
-SMALL = (
-    "model.name=tiny",
-    "model.lora_rank=4",
-    "model.lora_alpha=8",
-    "trainer.steps=2",
-    "trainer.batch_size=4",
-    "trainer.checkpoint_every=1",
-    "rollout.max_new_tokens=6",
-    "eval.max_new_tokens=6",
-    "eval.size=4",
-    SYNTHETIC,
-)
+SMALL = (*tiny_run(batch_size=4, eval_size=4), SYNTHETIC)
 # Agent calls per question at G = 4: FoF 3G; IS G (rewriter fork) + (1 + 2G) + (2 + G); MAPPO one trajectory.
 CALLS = {"search-fof": {12.0}, "search-is": {27.0}, "search-mappo": {3.0}, "search-rr": {12.0, 9.0, 6.0}}
 

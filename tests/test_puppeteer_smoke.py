@@ -9,20 +9,11 @@ import pytest
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
 from masrl.puppeteer.evaluation import evolution_table
+from smoke import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL = (
-    "model.name=tiny",
-    "model.lora_rank=4",
-    "model.lora_alpha=8",
-    "trainer.steps=2",
-    "trainer.batch_size=2",
-    "trainer.checkpoint_every=1",
-    "rollout.max_new_tokens=6",
-    "eval.max_new_tokens=6",
-    "eval.size=3",
-)
+SMALL = tiny_run()
 TINY_POOL = (
     "pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
     " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"

@@ -8,20 +8,11 @@ import pytest
 
 from masrl.checkpoint import latest_checkpoint, read_meta
 from masrl.cli import main
+from smoke import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SMALL = (
-    "model.name=tiny",
-    "model.lora_rank=4",
-    "model.lora_alpha=8",
-    "trainer.steps=2",
-    "trainer.batch_size=2",
-    "trainer.checkpoint_every=1",
-    "rollout.max_new_tokens=6",
-    "eval.max_new_tokens=6",
-    "eval.size=6",
-)
+SMALL = tiny_run(batch_size=2, eval_size=6)
 LEARNED = ("classifier", "knn")
 
 

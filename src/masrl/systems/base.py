@@ -13,7 +13,7 @@ its sampling and greedy agents and the learner that updates it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,3 +49,16 @@ class Built:
     def policy_names(self) -> list[str]:
         """The distinct policies, in first-mention order."""
         return list(dict.fromkeys(self.policies.values()))
+
+
+def match_agent(name: str, agents: Sequence[str]) -> str | None:
+    """The agent of `agents` that `name` refers to (a router's pool, a budget controller's experts, an
+    orchestrator's actions): exact, case-insensitive, or the one agent it is a unique part of."""
+    name = name.strip().strip("\"'`").strip()
+    if not name:
+        return None
+    lower = {a.lower(): a for a in agents}
+    if name.lower() in lower:
+        return lower[name.lower()]
+    partial = [a for a in agents if name.lower() in a.lower()]
+    return partial[0] if len(partial) == 1 else None

@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built
+from masrl.systems.base import Built, match_agent
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Price, Reply, TaskItem
 
@@ -138,18 +138,6 @@ class Action:
 _TAG = re.compile(r"<(answer|call)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 
 
-def match_expert(name: str, experts: Sequence[str]) -> str | None:
-    """The expert `name` refers to: exact or case-insensitive, else the one expert it is a unique part of."""
-    name = name.strip().strip("\"'`").strip()
-    if not name:
-        return None
-    lower = {e.lower(): e for e in experts}
-    if name.lower() in lower:
-        return lower[name.lower()]
-    partial = [e for e in experts if name.lower() in e.lower()]
-    return partial[0] if len(partial) == 1 else None
-
-
 def parse_action(text: str, experts: Sequence[str], can_call: bool, alone: str | None = None) -> Action:
     """The controller's decision in `text`; never raises. The first complete tag decides.
 
@@ -165,7 +153,7 @@ def parse_action(text: str, experts: Sequence[str], can_call: bool, alone: str |
     name, _, query = body.partition(":")
     if alone is not None and name.strip().strip("\"'`").strip().lower() == alone:
         return Action("alone")
-    expert = match_expert(name, experts)
+    expert = match_agent(name, experts)
     if expert is None:
         return Action("format_error", reason=f"unknown expert {name.strip()[:40]!r}")
     if not can_call:

@@ -104,7 +104,7 @@ def parse_choice(text: str, actions: Sequence[str]) -> str | None:
 
     Numbers because a small untrained model writes "<agent>3</agent>" far more often than
     a long exact name (SmolLM2-135M named no agent in 12 of 12 probes)."""
-    from masrl.systems.router import match_agent
+    from masrl.systems.base import match_agent
 
     found = _AGENT.findall(text)
     name = (found[0] if found else text).strip()

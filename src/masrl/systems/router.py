@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built
+from masrl.systems.base import Built, match_agent
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Reply, TaskItem
 
@@ -78,18 +78,6 @@ class Action:
 
 _MODEL = re.compile(r"<model>\s*(.*?)\s*</model>", re.IGNORECASE | re.DOTALL)
 _VERDICT = re.compile(r"<verdict>\s*(true|false)\s*</verdict>", re.IGNORECASE)
-
-
-def match_agent(name: str, agents: Sequence[str]) -> str | None:
-    """The pool agent `name` refers to: exact, case-insensitive, or the one agent it is a unique part of."""
-    name = name.strip().strip("\"'`").strip()
-    if not name:
-        return None
-    lower = {a.lower(): a for a in agents}
-    if name.lower() in lower:
-        return lower[name.lower()]
-    partial = [a for a in agents if name.lower() in a.lower()]
-    return partial[0] if len(partial) == 1 else None
 
 
 def parse_action(text: str, turn: int, max_turns: int, agents: Sequence[str], author: str | None) -> Action:
