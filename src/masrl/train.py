@@ -302,11 +302,12 @@ def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
         learner.load(ckpt, weights_only=weights_only)
     if not weights_only:
         restore_rng(torch.load(ckpt / "rng.pt", weights_only=False))
-    state = read_meta(ckpt).get("system")
+    meta = read_meta(ckpt)
+    state = meta.get("system")
     if state is not None and hasattr(engine.system, "load_state_dict"):
         engine.system.load_state_dict(state)
     if not weights_only:
-        for name, agent_state in read_meta(ckpt).get("frozen", {}).items():
+        for name, agent_state in meta.get("frozen", {}).items():
             engine.frozen[name].load_state_dict(agent_state)
 
 
