@@ -250,3 +250,20 @@ def test_an_agent_that_always_fails_stops_the_run(tiny_config, monkeypatch):
     use_flaky_solver(monkeypatch, fails=lambda question: True)
     with pytest.raises(TrainingError, match=r"step 1: every episode failed; first error: AgentError: backend down"):
         train(tiny_config("trainer.steps=2", "eval.before=false"))
+
+
+# ---------------------------------------------------------------- time budget
+def test_out_of_time_stops_before_a_step_that_would_overrun():
+    assert not masrl.train.out_of_time(1000.0, 500.0, None)  # no budget: never
+    assert not masrl.train.out_of_time(0.0, 0.0, 1.0)  # before the first step
+    assert not masrl.train.out_of_time(30.0, 30.0, 1.0)  # 30 + 30 = 60 s: the next step still fits
+    assert masrl.train.out_of_time(31.0, 30.0, 1.0)  # 31 + 30 > 60 s
+
+
+def test_max_minutes_ends_training_with_a_checkpoint_and_the_final_eval(tiny_config, run_dir):
+    """A budget smaller than one step: step 1 runs, then the run stops, saves and evaluates."""
+    train(tiny_config("trainer.steps=5", "trainer.checkpoint_every=10", "eval.before=false", "trainer.max_minutes=1e-9"))
+
+    lines = read_jsonl(run_dir / "metrics.jsonl")
+    assert [(x["step"], x["kind"]) for x in lines] == [(1, "train"), (1, "eval")]
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000001"

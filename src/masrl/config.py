@@ -285,6 +285,12 @@ class TrainerConfig(Section):
     low_memory: bool = Field(
         False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates (masrl/memory.py)"
     )
+    max_minutes: float | None = Field(
+        None,
+        gt=0.0,
+        description="stop before a step that would end past this much training time (evaluations not counted; "
+        "per process: a resumed run gets its own budget); null = run all steps",
+    )
 
 
 class EvalConfig(Section):

@@ -220,7 +220,12 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
 
     cfg = config.trainer
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
+    last = start  # the last step trained (and checkpointed) by this loop
+    trained_seconds, step_seconds = 0.0, 0.0
     for step in range(start + 1, cfg.steps + 1):
+        if out_of_time(trained_seconds, step_seconds, cfg.max_minutes):
+            tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {last} ({trained_seconds / 60:.1f} min)")
+            break
         t0 = time.perf_counter()
         tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
         episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))  # 1. sample
@@ -252,17 +257,33 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         logger.episodes(step, episodes[: cfg.log_episodes], scored.advantages)
         bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
         bar.update(1)
-        if config.eval.every and step % config.eval.every == 0 and step != cfg.steps:
+        step_seconds = time.perf_counter() - t0
+        trained_seconds += step_seconds
+        last = step
+        final = step == cfg.steps or out_of_time(trained_seconds, step_seconds, cfg.max_minutes)
+        if config.eval.every and step % config.eval.every == 0 and not final:
             _log_eval(engine, logger, step, f"step {step}")
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:  # 6. checkpoint
+        if step % cfg.checkpoint_every == 0 or final:  # 6. checkpoint
             _checkpoint(engine, run_dir, step)
     bar.close()
-    _log_eval(engine, logger, cfg.steps, "after", final=True)
+    _log_eval(engine, logger, last, "after", final=True)
     logger.close()
     return run_dir
 
 
 # ---------------------------------------------------------------- helpers
+def out_of_time(trained_seconds: float, step_seconds: float, max_minutes: float | None) -> bool:
+    """Whether another step, as long as the last one, would end past the time budget.
+
+    Stopping *before* the step that would overrun keeps a run's training time at
+    most `max_minutes` (up to one step's variation), the "at most 45 minutes" of
+    the issues' measured runs.
+    """
+    if max_minutes is None:
+        return False
+    return trained_seconds + step_seconds > max_minutes * 60.0
+
+
 def peak_rss_gb() -> float:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     import resource
