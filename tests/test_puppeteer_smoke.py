@@ -36,6 +36,7 @@ def read_jsonl(path):
         ("puppeteer-llm", ()),
         ("puppeteer-head", ()),
         ("puppeteer-tools", (TINY_POOL,)),
+        ("puppeteer-smollm2", (TINY_POOL,)),
     ],
 )
 def test_shipped_puppeteer_configs_run_two_steps(config, extra, tmp_path, capsys):
