@@ -82,7 +82,7 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
-    from masrl.evaluate import evaluate
+    from masrl.evaluate import evaluate_system
     from masrl.train import TrainingError, load_trained
 
     target, overrides = _split_config(args.target, args.overrides)
@@ -101,32 +101,9 @@ def _eval(args) -> int:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
     items = engine.task.items("eval", 0, engine.config.eval.size)
-    if engine.config.system.kind == "puppeteer":
-        from masrl.puppeteer.evaluation import evaluate_puppeteer
-
-        summary = evaluate_puppeteer(engine, items).metrics
-        print(json.dumps(summary, indent=2))
-    elif engine.config.system.kind == "budget":  # the controller under each budget mode
-        from dataclasses import asdict
-
-        from masrl.budget.evaluation import budget_report, evaluate_baselines, evaluate_modes
-
-        b, seed = engine.config.budget, engine.config.run.seed
-        results = evaluate_modes(engine.system, engine.eval_agents, items, b.eval_modes)
-        baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, seed)
-        print(budget_report(results, engine.system.experts, baselines))
-        summary = {"modes": [asdict(r) for r in results], "baselines": [asdict(x) for x in baselines]}
-    elif engine.pool:  # a router: the controller and the baselines under the usage caps
-        from dataclasses import asdict
-
-        from masrl.routers.run import router_report, router_results
-
-        results = router_results(engine, items, engine.config.router.baselines)
-        print(router_report(results, engine))
-        summary = {"results": [asdict(r) for r in results]}
-    else:
-        summary = evaluate(engine, items).summary()
-        print(json.dumps(summary, indent=2))
+    result = evaluate_system(engine, items, full=True)
+    print(result.report or json.dumps(dict(result.metrics), indent=2))
+    summary = result.payload if result.payload is not None else dict(result.metrics)
     if out is not None:
         from masrl.checkpoint import atomic_write_json
 

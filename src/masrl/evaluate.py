@@ -4,14 +4,22 @@ Each item is one episode under the greedy agents (branching width 1). An
 episode counts as correct when its final call's `correct` reward is 1.
 A system with an `eval_metrics(episodes)` method adds its own numbers to the
 summary (the search pipeline: exact match, F1, agent calls per question).
+
+`evaluate_system(engine, items, full)` is what training and `masrl eval` call:
+it looks up the evaluator of the config's `system.kind` in `EVALUATORS` (a
+system whose evaluation is more than greedy episodes: the router's caps and
+baselines, the budget modes, the puppeteer's W paths and graphs) and falls back
+to `evaluate` for the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from masrl.rollout.tree import Parallel, rollout
 from masrl.types import Episode, TaskItem
@@ -61,3 +69,45 @@ def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
         episodes=tuple(episodes),
         extra=extra(episodes) if extra is not None else {},
     )
+
+
+# ---------------------------------------------------------------- per system
+@dataclass(frozen=True)
+class SystemEval:
+    """One held-out evaluation of a system, in the forms its callers need."""
+
+    metrics: Mapping[str, float]  # logged as eval/<key> in metrics.jsonl
+    line: str  # one line for the training log
+    report: str = ""  # the full text `masrl eval` prints (tables); "" prints the metrics as JSON
+    payload: Mapping | None = None  # what `masrl eval` saves as eval.json; None saves the metrics
+    write: Callable[[Path, int], None] | None = None  # files for the run directory, given the step
+
+
+# system.kind -> "module:function" with the signature of `evaluate_episodes`;
+# imported when used, so a system's evaluation code loads only for its runs.
+EVALUATORS: dict[str, str] = {
+    "router": "masrl.routers.run:evaluate_router",
+    "budget": "masrl.budget.evaluation:evaluate_budget",
+    "puppeteer": "masrl.puppeteer.evaluation:evaluate_orchestrator",
+}
+
+
+def evaluate_system(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:
+    """The evaluation of `engine`'s system on `items`; `full` adds what only the
+    final evaluation needs (baselines, result tables, files)."""
+    target = EVALUATORS.get(engine.config.system.kind)
+    if target is None:
+        return evaluate_episodes(engine, items, full)
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)(engine, items, full)
+
+
+def evaluate_episodes(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:
+    """Greedy episodes (`evaluate`): accuracy, tokens, cost and the system's own metrics."""
+    result = evaluate(engine, items)
+    m = result.summary()
+    line = (
+        f"accuracy {m['accuracy']:.3f} on {result.items} held-out items, "
+        f"{m['mean_tokens']:.1f} tokens, cost ${m['cost']:.4f}"
+    )
+    return SystemEval(m, line)

@@ -48,7 +48,7 @@ from masrl.checkpoint import (
 )
 from masrl.config import Config, dump_config, load_config
 from masrl.engine import Engine, build_engine
-from masrl.evaluate import evaluate
+from masrl.evaluate import evaluate_system
 from masrl.learners import CRITIC, ValueLearner
 from masrl.rollout.tree import rollout
 from masrl.types import Episode, Sample
@@ -344,54 +344,16 @@ def load_trained(run_dir: Path, model=None) -> Engine:
 
 
 def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final: bool = False) -> dict[str, float]:
+    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
     items = engine.task.items("eval", 0, engine.config.eval.size)
-    if engine.config.system.kind == "puppeteer":  # W paths, majority vote, topology and graphs
-        from masrl.puppeteer.evaluation import log_puppeteer_eval
-
-        return log_puppeteer_eval(engine, logger, step, label, items)
-    if engine.config.system.kind == "budget":
-        return _log_budget_eval(engine, logger, step, label, items, final)
-    if engine.pool:
-        return _log_router_eval(engine, logger, step, label, items, final)
-    result = evaluate(engine, items)
-    summary = result.summary()
-    logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
-    tqdm.write(
-        f"eval {label}: accuracy {summary['accuracy']:.3f} on {result.items} held-out items, "
-        f"{summary['mean_tokens']:.1f} tokens, cost ${summary['cost']:.4f}"
-    )
-    return summary
-
-
-def _log_router_eval(engine: Engine, logger: "RunLogger", step: int, label: str, items, final: bool) -> dict[str, float]:
-    """The controller under the usage caps; at the end also the one-shot baselines, as a table."""
-    from masrl.routers.run import router_results, write_router_results
-
-    results = router_results(engine, items, baselines=engine.config.router.baselines if final else ())
-    controller = results[0]
-    summary = {"accuracy": controller.accuracy, "cost": controller.cost, "calls_per_item": controller.calls_per_item,
-               "exhausted": controller.exhausted, **{f"usage/{k}": v for k, v in controller.usage.items()}}
-    logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
-    tqdm.write(f"eval {label}: accuracy {controller.accuracy:.3f} on {controller.items} held-out items under caps, "
-               + ", ".join(f"{k} {v:.2f}" for k, v in controller.usage.items()) + f", cost ${controller.cost:.4f}")
-    if final:
-        tqdm.write(write_router_results(logger.run_dir, results, engine))
-    return summary
-
-
-def _log_budget_eval(engine: Engine, logger: "RunLogger", step: int, label: str, items, final: bool) -> dict[str, float]:
-    """The controller under each budget mode; at the end also the table and the cost-accuracy plot."""
-    from masrl.budget.evaluation import eval_metrics, evaluate_baselines, evaluate_modes, write_budget_results
-
-    results = evaluate_modes(engine.system, engine.eval_agents, items, engine.config.budget.eval_modes)
-    summary = eval_metrics(results)
-    logger.log(step, {f"eval/{k}": v for k, v in summary.items()}, kind="eval")
-    tqdm.write(f"eval {label}: " + ", ".join(f"{r.mode} acc {r.accuracy:.3f} ${r.mean_cost:.5f}/query" for r in results))
-    if final:
-        b = engine.config.budget
-        baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, engine.config.run.seed)
-        tqdm.write(write_budget_results(logger.run_dir, results, engine.system.experts, baselines))
-    return summary
+    result = evaluate_system(engine, items, full=final)
+    logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
+    if result.write is not None:
+        result.write(logger.run_dir, step)
+    tqdm.write(f"eval {label}: {result.line}")
+    if final and result.report:
+        tqdm.write(result.report)
+    return dict(result.metrics)
 
 
 class RunLogger:

@@ -283,3 +283,25 @@ def eval_metrics(results: Sequence[ModeEval]) -> dict[str, float]:
     out["accuracy"] = sum(r.accuracy for r in results) / max(len(results), 1)
     out["cost"] = sum(r.total_cost for r in results)
     return out
+
+
+def evaluate_budget(engine, items: Sequence[TaskItem], full: bool):
+    """The controller under each budget mode; `full` adds the scripted reference rows, the report,
+    budget_results.md/json and the cost-accuracy plot."""
+    from masrl.evaluate import SystemEval
+
+    b = engine.config.budget
+    results = evaluate_modes(engine.system, engine.eval_agents, items, b.eval_modes)
+    metrics = eval_metrics(results)
+    line = ", ".join(f"{r.mode} acc {r.accuracy:.3f} ${r.mean_cost:.5f}/query" for r in results)
+    if not full:
+        return SystemEval(metrics, line)
+    baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, engine.config.run.seed)
+    experts = engine.system.experts
+    return SystemEval(
+        metrics,
+        line,
+        report=budget_report(results, experts, baselines),
+        payload={"modes": [asdict(r) for r in results], "baselines": [asdict(x) for x in baselines]},
+        write=lambda run_dir, step: write_budget_results(run_dir, results, experts, baselines),
+    )

@@ -69,20 +69,23 @@ def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[
     return out
 
 
-def log_puppeteer_eval(engine, logger, step: int, label: str, items: Sequence[TaskItem]) -> dict[str, float]:
-    from tqdm import tqdm
+def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
+    """W paths per task and the vote; in a run directory also each evaluation's graphs and the HTML view."""
+    from masrl.evaluate import SystemEval
 
     result = evaluate_puppeteer(engine, items)
     m = result.metrics
-    logger.log(step, {f"eval/{k}": v for k, v in m.items()}, kind="eval")
-    write_graphs(result.episodes, logger.run_dir / "graphs" / f"step{step:05d}", engine.config.puppeteer.graphs)
-    write_puppeteer_report(logger.run_dir)
-    tqdm.write(
-        f"eval {label}: vote accuracy {m['accuracy']:.3f} on {int(m['items'])} held-out items "
+    line = (
+        f"vote accuracy {m['accuracy']:.3f} on {int(m['items'])} held-out items "
         f"(paths {m['path_accuracy']:.3f}), {m['tokens_per_task']:.0f} tokens/task, "
         f"{m['agents_per_task']:.2f} agents/task, density {m['graph_density']:.3f}, cycles {m['graph_cycles']:.2f}"
     )
-    return m
+
+    def write(run_dir: Path, step: int) -> None:
+        write_graphs(result.episodes, run_dir / "graphs" / f"step{step:05d}", engine.config.puppeteer.graphs)
+        write_puppeteer_report(run_dir)
+
+    return SystemEval(m, line, write=write)
 
 
 SUMMARY_KEYS = (

@@ -70,3 +70,24 @@ def write_router_results(run_dir: Path, results: Sequence[RouterEval], engine) -
     (run_dir / "results.md").write_text(text + "\n")
     (run_dir / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
     return text
+
+
+def evaluate_router(engine, items: Sequence[TaskItem], full: bool):
+    """The controller under the usage caps; `full` adds the one-shot baselines, the report and results.md/json."""
+    from masrl.evaluate import SystemEval
+
+    results = router_results(engine, items, baselines=engine.config.router.baselines if full else ())
+    c = results[0]
+    metrics = {"accuracy": c.accuracy, "cost": c.cost, "calls_per_item": c.calls_per_item,
+               "exhausted": c.exhausted, **{f"usage/{k}": v for k, v in c.usage.items()}}  # fmt: skip
+    line = (f"accuracy {c.accuracy:.3f} on {c.items} held-out items under caps, "
+            + ", ".join(f"{k} {v:.2f}" for k, v in c.usage.items()) + f", cost ${c.cost:.4f}")  # fmt: skip
+    if not full:
+        return SystemEval(metrics, line)
+    return SystemEval(
+        metrics,
+        line,
+        report=router_report(results, engine),
+        payload={"results": [asdict(r) for r in results]},
+        write=lambda run_dir, step: write_router_results(run_dir, results, engine),
+    )
