@@ -368,6 +368,32 @@ def test_decide_first_bad_decisions_are_format_failures(decision):
     assert len(ep.calls) == 1 and ep.calls[0].done and ep.calls[0].rewards["format_error"] == 1.0
 
 
+@pytest.mark.parametrize(
+    "body, kind, expert",
+    [("0", "alone", None), ("1", "call", "cheap"), (" 2 ", "call", "pricey"), ("3", "format_error", None),
+     ("-1", "format_error", None), ("cheap", "format_error", None), ("none", "alone", None), ("", "format_error", None)],
+)  # fmt: skip
+def test_numbered_options_map_0_to_alone_and_k_to_the_kth_expert(body, kind, expert):
+    a = parse_action(f"<call>{body}</call>", EXPERTS, can_call=True, alone="none", numbered=True)
+    assert (a.kind, a.expert) == (kind, expert)
+
+
+def test_numbered_decide_lists_numbers_and_reaches_the_numbered_expert():
+    item = TaskItem("q", "What is 1 + 1?", "2")
+    ctrl = Scripted("controller", ["2</call>", "0</call>", "2</answer>"], 10, 5)
+    pricey = Scripted("pricey", ["It is <answer>2</answer>."], 100, 50)
+    sys_ = system(fixed_mode="high", decide_first=True, numbered=True, max_rounds=3)
+    ep = run(sys_, {"controller": ctrl, "pricey": pricey}, item)
+    assert [(c.agent, c.role) for c in ep.calls] == [
+        ("controller", "controller"), ("pricey", "expert"), ("controller", "controller"), ("controller", "answer")]
+    prompt = ctrl.seen[0][0].content
+    assert "<call>0</call> you answer yourself; <call>1</call> cheap ($0.03/1k out); <call>2</call> pricey ($0.3/1k out)" in prompt
+    assert "Choose again: <call>0</call>" in ctrl.seen[1][-2].content
+    assert ep.calls[-1].reward == 1.0 and ep.calls[-1].rewards["expert_calls"] == 1.0
+    with pytest.raises(ValueError, match="numbered options need decide_first"):
+        system(numbered=True)
+
+
 def test_none_is_an_unknown_expert_in_the_free_protocol():
     assert parse_action("<call>none</call>", EXPERTS, can_call=True).kind == "format_error"
     assert parse_action("<call>None</call>", EXPERTS, can_call=True, alone="none").kind == "alone"

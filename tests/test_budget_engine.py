@@ -211,10 +211,12 @@ def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
         ("budget.eval_modes=[cheap]", "unknown modes ['cheap']"),
         ("budget.reward=linear", "budget.reward"),
         ("budget.prefill=<", "protocol 'decide' prefills"),
+        (("budget.protocol=free", "budget.labels=numbers"), "needs budget.protocol: decide"),
     ],
 )
 def test_budget_config_mistakes_are_clear(override, message, tmp_path, capsys):
-    assert main(["train", "budget-ppo", *SMALL, f"run.dir={tmp_path / 'run'}", override]) == 2
+    overrides = override if isinstance(override, tuple) else (override,)
+    assert main(["train", "budget-ppo", *SMALL, f"run.dir={tmp_path / 'run'}", *overrides]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -169,6 +169,10 @@ class BudgetConfig(Section):
         "free", description="free: reason, then <answer> or <call> (the paper); decide: each round's reply is "
         "prefilled <call> and names an expert or 'none', then a prefilled <answer> call (small controllers)"
     )
+    labels: Literal["names", "numbers"] = Field(
+        "names", description="protocol decide: the options are the experts' names (<call>sim-nano</call>) or "
+        "numbers (<call>0</call> answers alone, <call>1</call> the cheapest expert, ...)"
+    )
     prefill: str = Field("", description="protocol free: text the controller's reply starts with (part of its prompt)")
     prices: dict[str, PriceConfig] = Field(
         default_factory=dict, description="price table overrides per agent (experts, or 'controller'); "
@@ -383,6 +387,8 @@ def _check_budget(b: BudgetConfig, no_pool_agents: bool) -> None:
     unknown = set(b.baselines) - {"single", "random"}
     if unknown:
         raise ValueError(f"budget.baselines has unknown entries {sorted(unknown)}; known: single, random")
+    if b.labels == "numbers" and b.protocol != "decide":
+        raise ValueError("budget.labels: numbers needs budget.protocol: decide (free replies name experts)")
     if b.protocol == "decide" and b.prefill:
         raise ValueError("budget.prefill is for protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
     if b.experts == "pool" and no_pool_agents:

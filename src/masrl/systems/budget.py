@@ -19,7 +19,11 @@ an exception.
 controllers too small to write the tags unprompted (SmolLM2-135M writes them
 in under 1 sample in 10): each round's reply is prefilled with `<call>` and
 names an expert or `none`; after `none` (and in the last round) a second
-controller call, role "answer", is prefilled with `<answer>`.
+controller call, role "answer", is prefilled with `<answer>`. With `numbered`
+the options are numbers (`<call>0</call>` answers alone, `<call>k</call>` asks
+the k-th cheapest expert): a 135M controller writes digits readily but almost
+never an expert's full name, so with names it explores only the first-listed
+expert.
 
 Cost (sec. 3.3): every call is priced from a price table (dollars per 1k input
 and output tokens) on the tokens the backend reported, and summed over the
@@ -61,6 +65,10 @@ DECIDE_PROMPT = (
     "Decide who solves the math problem: {options}. none means you solve it yourself; the others are paid "
     "experts, cheapest first ({prices}). {mode}"
 )
+DECIDE_NUMBERED_PROMPT = (
+    "Decide who solves the math problem and reply with one number: {options}. Experts are paid, cheapest first. "
+    "{mode}"
+)
 ANSWER_NOW = "Now give the final answer as <answer>ANSWER</answer>."
 ALONE = "none"  # decide_first: the controller answers itself
 ANSWER = "answer"  # decide_first: the role of the answering call
@@ -83,6 +91,7 @@ EXPERT_PROMPT = (
 EXPERT_QUERY = "Problem: {question}\n\nThe coordinator asks: {query}"
 REPLY_NEXT = "Reply from {expert}:\n{reply}\n\nAnswer as <answer>ANSWER</answer>, or call another expert."
 DECIDE_REPLY_NEXT = "Reply from {expert}:\n{reply}\n\nChoose again: <call>none</call> to answer now, or another expert."
+DECIDE_NUMBERED_NEXT = "Reply from {expert}:\n{reply}\n\nChoose again: <call>0</call> to answer now, or an expert's number."
 REPLY_LAST = "Reply from {expert}:\n{reply}\n\nNo more calls: answer now as <answer>ANSWER</answer>."
 
 
@@ -138,10 +147,13 @@ class Action:
 _TAG = re.compile(r"<(answer|call)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 
 
-def parse_action(text: str, experts: Sequence[str], can_call: bool, alone: str | None = None) -> Action:
+def parse_action(
+    text: str, experts: Sequence[str], can_call: bool, alone: str | None = None, numbered: bool = False
+) -> Action:
     """The controller's decision in `text`; never raises. The first complete tag decides.
 
-    With `alone` set (decide_first), `<call>ALONE</call>` is the choice to answer itself: kind "alone"."""
+    With `alone` set (decide_first), `<call>ALONE</call>` is the choice to answer itself: kind "alone".
+    With `numbered`, a call names a number instead: 0 answers alone, k the k-th expert of `experts`."""
     found = _TAG.search(text)
     if found is None:
         return Action("format_error", reason="no <answer> or <call> tag")
@@ -153,6 +165,13 @@ def parse_action(text: str, experts: Sequence[str], can_call: bool, alone: str |
     name, _, query = body.partition(":")
     if alone is not None and name.strip().strip("\"'`").strip().lower() == alone:
         return Action("alone")
+    if numbered:
+        number = name.strip()
+        if not number.isdigit() or int(number) > len(experts):
+            return Action("format_error", reason=f"not an option number: {number[:40]!r}")
+        if int(number) == 0:
+            return Action("alone")
+        name = experts[int(number) - 1]
     expert = match_agent(name, experts)
     if expert is None:
         return Action("format_error", reason=f"unknown expert {name.strip()[:40]!r}")
@@ -222,11 +241,14 @@ class BudgetSystem:
     seed: int = 0
     fixed_mode: str | None = None  # evaluation: every task in this mode
     decide_first: bool = False  # the decision as a prefilled <call> choice (module docstring)
+    numbered: bool = False  # decide_first: options are numbers, 0 = answer alone
     policy: str = CONTROLLER
 
     def __post_init__(self):
         if self.max_rounds < 1:
             raise ValueError("max_rounds must be >= 1")
+        if self.numbered and not self.decide_first:
+            raise ValueError("numbered options need decide_first")
         if self.fixed_mode is not None and self.fixed_mode not in self.mode_names:
             raise ValueError(f"unknown budget mode {self.fixed_mode!r}; modes: {list(self.mode_names)}")
 
@@ -266,15 +288,23 @@ class BudgetSystem:
         """System (protocol, priced experts, mode), the problem, then each earlier round and its expert reply."""
         shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e
                           for e in self.experts)  # fmt: skip
-        if self.decide_first:  # the options written as the tags to copy, as a small model needs them
+        if self.numbered:  # numbered tags to copy: digits come easily to a small model
+            options = "; ".join(
+                [f"<call>0</call> you answer yourself"]
+                + [f"<call>{k}</call> {e}" + (f" (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else "")
+                   for k, e in enumerate(self.experts, start=1)]
+            )  # fmt: skip
+            system = DECIDE_NUMBERED_PROMPT.format(options=options, mode=state.mode.instruction())
+        elif self.decide_first:  # the options written as the tags to copy, as a small model needs them
             options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *self.experts))
             prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in self.experts if e in self.prices)
             system = DECIDE_PROMPT.format(options=options, prices=prices, mode=state.mode.instruction())
         else:
             system = SYSTEM_PROMPT.format(experts=shown, mode=state.mode.instruction())
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
+        next_template = DECIDE_NUMBERED_NEXT if self.numbered else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
         for i, past in enumerate(state.history, start=2):
-            template = REPLY_LAST if i >= self.max_rounds else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
+            template = REPLY_LAST if i >= self.max_rounds else next_template
             reply = template.format(expert=past.expert, reply=past.reply)
             messages += [Message("assistant", past.controller), Message("user", reply)]
         if state.answering is not None:
@@ -301,7 +331,9 @@ class BudgetSystem:
             return Transition(nxt, None, {"call_cost": spent}, 0.0, done=False)
         text = self._prefill(state) + reply.text
         alone = ALONE if self.decide_first else None
-        action = parse_action(text, self.experts, can_call=state.round < self.max_rounds, alone=alone)
+        action = parse_action(
+            text, self.experts, can_call=state.round < self.max_rounds, alone=alone, numbered=self.numbered
+        )
         if self._answering(state) and action.kind == "call":
             action = Action("format_error", expert=action.expert, reason="a call where an answer is due")
         cost = state.cost + spent
@@ -370,6 +402,6 @@ def build_budget(config, task: Task) -> Built:
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)
     system = BudgetSystem(
         task, tuple(pool), prices, modes, probs, rewards, b.max_rounds, b.prefill, config.run.seed,
-        decide_first=b.protocol == "decide",
+        decide_first=b.protocol == "decide", numbered=b.labels == "numbers",
     )  # fmt: skip
     return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</call>", "</answer>"))
