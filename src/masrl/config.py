@@ -204,8 +204,9 @@ class SearchConfig(Section):
 
 
 class SamplerConfig(Section):
-    rule: Literal["parallel", "full_tree", "fork_on_first", "independent", "round_robin"] = Field(
-        "parallel", description="fork_on_first, independent, round_robin: the search pipeline's FoF, IS, RR"
+    rule: Literal["parallel", "full_tree", "fork_on_first", "independent", "round_robin", "per_turn_greedy"] = Field(
+        "parallel", description="fork_on_first, independent, round_robin: the search pipeline's FoF, IS, RR; "
+        "per_turn_greedy: AT-GRPO's K candidates per decision, the best-rewarded continues"
     )
     group_size: int = Field(8, ge=1, description="G: candidates drawn per decision (parallel: per task)")
     fork_probs: list[float] = Field(
@@ -235,11 +236,13 @@ class AlgoConfig(Section):
         description="group-normalised returns (grpo, grpo_mean, rloo, reinforce_baseline, reinforce), or gae: "
         "per-token GAE from a learned value model (PPO; the critic section)",
     )
-    credit: Literal["tree_q", "descendant_mean"] = Field(
-        "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward"
+    credit: Literal["tree_q", "descendant_mean", "immediate"] = Field(
+        "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward; "
+        "immediate: each call's own reward (AT-GRPO)"
     )
-    grouping: Literal["task", "siblings", "independent", "round_robin"] = Field(
-        "task", description="independent, round_robin: the search pipeline's IS and RR groups (masrl/algos/credit.py)"
+    grouping: Literal["task", "siblings", "independent", "round_robin", "agent_turn"] = Field(
+        "task", description="independent, round_robin: the search pipeline's IS and RR groups; agent_turn: "
+        "AT-GRPO's (environment, agent, turn) groups (masrl/algos/credit.py)"
     )
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
