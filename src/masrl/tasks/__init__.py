@@ -8,18 +8,22 @@ from __future__ import annotations
 from typing import Any
 
 from masrl.tasks.base import Grade, Task, TurnTask, grade, held_out
+from masrl.tasks.code import CodeTask
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask, extract_math_answer, math_equal
+from masrl.tasks.mathturn import MathTurnTask
 from masrl.tasks.planpath import PlanPathTask
 from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.tasks.sokoban import SokobanTask
 from masrl.tasks.sudoku import SudokuTask
 
 __all__ = [
+    "CodeTask",
     "TASKS",
     "Grade",
     "JsonlTask",
     "MathTask",
+    "MathTurnTask",
     "PlanPathTask",
     "SokobanTask",
     "SudokuTask",
@@ -47,4 +51,6 @@ TASKS: dict[str, type] = {
     "sudoku": SudokuTask,
     "sokoban": SokobanTask,
     "planpath": PlanPathTask,
+    "math_turns": MathTurnTask,
+    "code": CodeTask,
 }

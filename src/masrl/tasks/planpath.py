@@ -33,6 +33,7 @@ from masrl.tasks.base import check_split
 from masrl.tasks.moves import MOVES, parse_moves
 from masrl.tasks.procedural import Instance, ProceduralSplits
 from masrl.tasks.team import RewardDesign, RewardParts
+from masrl.tasks.tools import ToolRun
 from masrl.types import TaskItem
 
 Cell = tuple[int, int]
@@ -198,6 +199,7 @@ class PlanPathTask:
     """Seeded Plan-Path grids; the answer of an item is one shortest move list."""
 
     roles = ("tool", "planner")
+    commits = ("planner",)  # the planner decides the executed action; the tool's output only informs it
     design = DESIGN
 
     def __init__(
@@ -242,8 +244,11 @@ class PlanPathTask:
     def parse(self, text: str) -> tuple[str, ...] | None:
         return parse_moves(text)
 
-    def step(self, state: PathState, action: tuple[str, ...] | None) -> PathOutcome:
+    def step(self, state: PathState, role: str, action: tuple[str, ...] | None) -> PathOutcome:
         return step(state, action)
+
+    def done(self, state: PathState) -> bool:
+        return self.solved(state)
 
     def solved(self, state: PathState) -> bool:
         return state.pos == state.maze.goal
@@ -251,5 +256,5 @@ class PlanPathTask:
     def observe(self, state: PathState) -> str:
         return describe(state)
 
-    def reward_parts(self, role: str, before: PathState, outcome: PathOutcome) -> RewardParts:
+    def reward_parts(self, role: str, before: PathState, outcome: PathOutcome, run: ToolRun | None = None) -> RewardParts:
         return reward_parts(role, before, outcome)

@@ -35,6 +35,7 @@ from masrl.tasks.base import check_split
 from masrl.tasks.moves import MOVES, parse_moves
 from masrl.tasks.procedural import Instance, ProceduralSplits
 from masrl.tasks.team import RewardDesign, RewardParts
+from masrl.tasks.tools import ToolRun
 from masrl.types import TaskItem
 
 Cell = tuple[int, int]
@@ -233,6 +234,7 @@ class SokobanTask:
     """Seeded Sokoban rooms made by reverse play; the answer of an item is a shortest solution."""
 
     roles = ("tool", "planner")
+    commits = ("planner",)  # the planner decides the executed action; the tool's output only informs it
     design = DESIGN
 
     def __init__(
@@ -282,8 +284,11 @@ class SokobanTask:
     def parse(self, text: str) -> tuple[str, ...] | None:
         return parse_moves(text)
 
-    def step(self, state: SokobanState, action: tuple[str, ...] | None) -> SokobanOutcome:
+    def step(self, state: SokobanState, role: str, action: tuple[str, ...] | None) -> SokobanOutcome:
         return step(state, action)
+
+    def done(self, state: SokobanState) -> bool:
+        return self.solved(state)
 
     def solved(self, state: SokobanState) -> bool:
         return solved(state)
@@ -291,5 +296,5 @@ class SokobanTask:
     def observe(self, state: SokobanState) -> str:
         return describe(state)
 
-    def reward_parts(self, role: str, before: SokobanState, outcome: SokobanOutcome) -> RewardParts:
+    def reward_parts(self, role: str, before: SokobanState, outcome: SokobanOutcome, run: ToolRun | None = None) -> RewardParts:
         return reward_parts(role, before, outcome)

@@ -36,6 +36,7 @@ from masrl.tasks.base import check_split
 from masrl.tasks.moves import final_segment
 from masrl.tasks.procedural import Instance, ProceduralSplits
 from masrl.tasks.team import RewardDesign, RewardParts
+from masrl.tasks.tools import ToolRun
 from masrl.types import TaskItem
 
 Grid = tuple[tuple[int, ...], ...]
@@ -244,6 +245,7 @@ class SudokuTask:
     """Seeded N x N Sudoku puzzles with unique solutions; the answer is the solution grid as JSON."""
 
     roles = ("tool", "planner")
+    commits = ("planner",)  # the planner decides the executed action; the tool's output only informs it
     design = DESIGN
 
     def __init__(self, seed: int = 0, size: int = 4, blanks: int = 8, eval_fraction: float = 0.1):
@@ -281,8 +283,11 @@ class SudokuTask:
     def parse(self, text: str) -> tuple[Fill, ...] | None:
         return parse_fills(text, self.size)
 
-    def step(self, state: SudokuState, action: tuple[Fill, ...] | None) -> SudokuOutcome:
+    def step(self, state: SudokuState, role: str, action: tuple[Fill, ...] | None) -> SudokuOutcome:
         return step(state, action)
+
+    def done(self, state: SudokuState) -> bool:
+        return self.solved(state)
 
     def solved(self, state: SudokuState) -> bool:
         return solved(state)
@@ -290,5 +295,5 @@ class SudokuTask:
     def observe(self, state: SudokuState) -> str:
         return describe(state)
 
-    def reward_parts(self, role: str, before: SudokuState, outcome: SudokuOutcome) -> RewardParts:
+    def reward_parts(self, role: str, before: SudokuState, outcome: SudokuOutcome, run: ToolRun | None = None) -> RewardParts:
         return reward_parts(role, before, outcome)
