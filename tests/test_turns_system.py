@@ -100,3 +100,19 @@ def test_per_turn_greedy_tree_over_the_system():
     answers["planner"] = iter(["#### [R]"])
     single = asyncio.run(expand(system(agents=("planner",), max_turns=1), {"planner": scripted("planner")}, ITEM, Parallel(1)))
     assert len(single.calls) == 1 and single.calls[0].done  # one agent, one turn: the single-agent baseline
+
+
+def test_config_mistakes_are_clear():
+    from masrl.config import ConfigError, load_config
+    from masrl.engine import build_task_from
+
+    with pytest.raises(ConfigError, match="system.kind 'turns' and task.kind"):
+        load_config("turns-planpath", ["task.kind=math"])
+    with pytest.raises(ConfigError, match="system.kind 'turns' and task.kind"):
+        load_config("single-arithmetic", ["task.kind=sudoku"])
+    with pytest.raises(ConfigError, match="turns.mix"):
+        load_config("turns-planpath", ["turns.mix=product"])
+    with pytest.raises(ConfigError, match="task.config for planpath"):
+        build_task_from(load_config("turns-planpath", ["task.config={bogus: 1}"]))
+    with pytest.raises(ConfigError, match="task.config for sudoku: blanks"):
+        build_task_from(load_config("turns-sudoku", ["task.config={blanks: 40}"]))
