@@ -116,3 +116,27 @@ def test_config_mistakes_are_clear():
         build_task_from(load_config("turns-planpath", ["task.config={bogus: 1}"]))
     with pytest.raises(ConfigError, match="task.config for sudoku: blanks"):
         build_task_from(load_config("turns-sudoku", ["task.config={blanks: 40}"]))
+    from masrl.systems.turns import build_turns
+
+    config = load_config("turns-planpath", ["turns.agents=[planner,coder]"])
+    with pytest.raises(ConfigError, match=r"name \['coder'\]; the roles of task 'planpath' are \['tool', 'planner'\]"):
+        build_turns(config, build_task_from(config))
+
+
+def test_branching_factor_one_equals_parallel():
+    """STYLE.md 12: the per-turn tree with K = 1 is one parallel episode, call for call."""
+
+    def agents():
+        replies = {"tool": iter(["#### [R]", "#### [D]"]), "planner": iter(["#### [R, R]", "#### [R]"])}
+
+        def scripted(role):
+            async def fn(messages):
+                return next(replies[role])
+
+            return FunctionAgent(role, fn)
+
+        return {r: scripted(r) for r in ("tool", "planner")}
+
+    tree = asyncio.run(expand(system(), agents(), ITEM, PerTurnGreedy(1)))
+    par = asyncio.run(expand(system(), agents(), ITEM, Parallel(1)))
+    assert tree == par and len(tree.calls) == 4

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from masrl.config import ConfigError
 from masrl.rollout.tree import Step, Transition
 from masrl.systems.base import Built
 from masrl.tasks.base import TurnTask
@@ -68,6 +69,14 @@ ROLE_PROMPTS = {
         "You are the unit tester of a two-agent team. Write test cases for the requested function, one per "
         "line, exactly as: solve(ARGUMENTS) == EXPECTED, with Python literals. Work out each expected value carefully."
     ),
+}
+# A single agent (the SA baselines) works alone: no team, no proposals to check.
+SOLO_PROMPTS = {
+    "planner": "Solve the task on your own. Think briefly, then finish with one line: #### followed by your final answer.",
+    "reasoner": "Solve the problem step by step on your own, then finish with one line: #### followed by the final answer.",
+    "coder": "Write the requested function in one ```python block.",
+    "tool": ROLE_PROMPTS["tool"].replace("You are the tool agent of a two-agent team. ", ""),
+    "tester": ROLE_PROMPTS["tester"].replace("You are the unit tester of a two-agent team. ", ""),
 }
 ANSWER_FORMAT = {
     "planpath": "The answer is the list of moves to make now, e.g. [U, R, R, D].",
@@ -163,14 +172,25 @@ def _clip(s: str) -> str:
 def build_turns(config, task) -> Built:
     """The turn loop over a TurnTask; `turns` section of the config."""
     if not isinstance(task, TurnTask):
-        raise ValueError(f"system.kind 'turns' needs a turn-based task (sudoku, sokoban, planpath, math_turns, code), got {task.name!r}")
+        raise ConfigError(
+            f"system.kind 'turns' needs a turn-based task (sudoku, sokoban, planpath, math_turns, code), got {task.name!r}"
+        )
     tc = config.turns
     agents = tuple(tc.agents) or tuple(task.roles)
+    unknown = sorted(set(agents) - set(task.roles)) + sorted(set(tc.prompts) - set(agents))
+    if unknown:
+        raise ConfigError(
+            f"turns.agents / turns.prompts name {unknown}; the roles of task {config.task.kind!r} are {list(task.roles)}"
+        )
     fmt = ANSWER_FORMAT.get(config.task.kind, "")
-    prompts = {role: (tc.prompts.get(role) or f"{ROLE_PROMPTS[role]} {fmt}".strip()) for role in agents}
-    system = TurnsSystem(
-        task, agents, prompts, tc.max_turns, tc.mix, tc.alpha, tc.lam,
-        tuple(r for r in agents if r in tc.code_roles), tc.timeout, tc.history,
-    )  # fmt: skip
+    base = SOLO_PROMPTS if len(agents) == 1 else ROLE_PROMPTS
+    prompts = {role: (tc.prompts.get(role) or f"{base[role]} {fmt}".strip()) for role in agents}
+    try:
+        system = TurnsSystem(
+            task, agents, prompts, tc.max_turns, tc.mix, tc.alpha, tc.lam,
+            tuple(r for r in agents if r in tc.code_roles), tc.timeout, tc.history,
+        )  # fmt: skip
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     policies = {a: ("shared" if tc.policies == "shared" else a) for a in agents}
     return Built(system, policies)
