@@ -171,3 +171,27 @@ def test_code_items_seeded_disjoint_and_reference_passes():
     assert a.score(train[0], "def solve(*a):\n    return None\n") == 0.0
     with pytest.raises(ValueError, match="unknown code families"):
         CodeTask(families=["sorting"])
+
+
+NASTY = [
+    "", "####", "[[[[", "[" * 5000 + "]" * 5000, "[[1e400, 2, 3]]", "[[true, 1, 1]]", "\x00\x01", "solve(" * 1000,
+    "solve(" + "[" * 3000 + "]" * 3000 + ") == 1", "#### \\boxed{", "```python\n", "[[1,2,3],[4,5]]", "x" * 100_000,
+    "[[-1,-1,-1]]", "1 2 3 4\n" * 10, "[U]" * 1000, "#### [U, R] #### ", "solve(1) == ", "```\n```",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", NASTY, ids=range(len(NASTY)))
+def test_parsers_and_steps_never_raise_on_garbage(text):
+    """A malformed action is a format failure, never an exception (issue 4, item 6)."""
+    from masrl.tasks.planpath import Maze, PathState
+    from masrl.tasks.planpath import step as path_step
+    from masrl.tasks.moves import parse_moves
+    from masrl.tasks.sudoku import SudokuState, parse_fills
+    from masrl.tasks.sudoku import step as sudoku_step
+
+    grid = ((1, 0, 3, 0), (0, 4, 0, 2), (2, 0, 4, 0), (0, 3, 0, 1))
+    sudoku_step(SudokuState(grid, grid), parse_fills(text, 4))
+    path_step(PathState(Maze(("..", ".."), (0, 0), (1, 1)), (0, 0)), parse_moves(text))
+    parse_math(text)
+    reply = CodeTask.parse(CodeTask.__new__(CodeTask), text)
+    assert reply is None or reply.code is not None or reply.tests

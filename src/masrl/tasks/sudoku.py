@@ -164,7 +164,7 @@ def parse_fills(text: str, n: int) -> tuple[Fill, ...] | None:
     for raw in reversed(_BRACKETED.findall(segment)):
         try:
             value = json.loads(raw.replace("'", '"'))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
             continue
         fills = _from_json(value, n)
         if fills is not None:
