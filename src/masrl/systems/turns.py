@@ -72,8 +72,8 @@ ROLE_PROMPTS = {
 }
 # A single agent (the SA baselines) works alone: no team, no proposals to check.
 SOLO_PROMPTS = {
-    "planner": "Solve the task on your own. Think briefly, then finish with one line: #### followed by your final answer.",
-    "reasoner": "Solve the problem step by step on your own, then finish with one line: #### followed by the final answer.",
+    "planner": "Solve the task on your own. Think briefly, then finish with one line: #### followed by your answer.",
+    "reasoner": "Solve the problem step by step on your own, then finish with one line: #### followed by the answer.",
     "coder": "Write the requested function in one ```python block.",
     "tool": ROLE_PROMPTS["tool"].replace("You are the tool agent of a two-agent team. ", ""),
     "tester": ROLE_PROMPTS["tester"].replace("You are the unit tester of a two-agent team. ", ""),
@@ -81,7 +81,10 @@ SOLO_PROMPTS = {
 ANSWER_FORMAT = {
     "planpath": "The answer is the list of moves to make now, e.g. [U, R, R, D].",
     "sokoban": "The answer is the list of moves to make now, e.g. [U, R, R, D].",
-    "sudoku": "The answer is the completed grid as JSON rows, e.g. [[1,2,3,4],...], or a list of [row, column, value] fills (1-based).",
+    "sudoku": (
+        "The answer is the completed grid as JSON rows, e.g. [[1,2,3,4],...], "
+        "or a list of [row, column, value] fills (1-based)."
+    ),
     "math_turns": "The answer is a single number or expression.",
     "code": "",
 }
@@ -173,14 +176,16 @@ def build_turns(config, task) -> Built:
     """The turn loop over a TurnTask; `turns` section of the config."""
     if not isinstance(task, TurnTask):
         raise ConfigError(
-            f"system.kind 'turns' needs a turn-based task (sudoku, sokoban, planpath, math_turns, code), got {task.name!r}"
+            "system.kind 'turns' needs a turn-based task (sudoku, sokoban, planpath, math_turns, code), "
+            f"got {task.name!r}"
         )
     tc = config.turns
     agents = tuple(tc.agents) or tuple(task.roles)
     unknown = sorted(set(agents) - set(task.roles)) + sorted(set(tc.prompts) - set(agents))
     if unknown:
         raise ConfigError(
-            f"turns.agents / turns.prompts name {unknown}; the roles of task {config.task.kind!r} are {list(task.roles)}"
+            f"turns.agents / turns.prompts name {unknown}; "
+            f"the roles of task {config.task.kind!r} are {list(task.roles)}"
         )
     fmt = ANSWER_FORMAT.get(config.task.kind, "")
     base = SOLO_PROMPTS if len(agents) == 1 else ROLE_PROMPTS

@@ -83,7 +83,8 @@ def _sum_multiples(rng: Random):
         "    return sum(xs)\n",
         f"    return sum(x for x in xs[1:] if x % {k} == 0)\n",
     )
-    return f"Return the sum of the numbers in the list xs that are divisible by {k}.", "solve(xs)", body, mutants, lambda r: (_ints(r),)
+    desc = f"Return the sum of the numbers in the list xs that are divisible by {k}."
+    return desc, "solve(xs)", body, mutants, lambda r: (_ints(r),)
 
 
 def _count_above(rng: Random):
@@ -109,7 +110,11 @@ def _affine(rng: Random):
 def _replace_char(rng: Random):
     c1, c2 = rng.sample("abcdefxyz", 2)
     body = f"    return s.replace({c1!r}, {c2!r})\n"
-    mutants = (f"    return s.replace({c1!r}, {c2!r}, 1)\n", "    return s\n", f"    return s.replace({c2!r}, {c1!r})\n")
+    mutants = (
+        f"    return s.replace({c1!r}, {c2!r}, 1)\n",
+        "    return s\n",
+        f"    return s.replace({c2!r}, {c1!r})\n",
+    )
     gen = lambda r: ("".join(r.choice(c1 + c2 + "ab_") for _ in range(r.randint(0, 8))),)  # noqa: E731
     return f"Return the string s with every {c1!r} replaced by {c2!r}.", "solve(s)", body, mutants, gen
 
@@ -137,7 +142,10 @@ def _kth_smallest(rng: Random):
         f"    return sorted(xs, reverse=True)[{k - 1}]\n",
         f"    return xs[{k - 1}]\n",
     )
-    desc = f"Return the {k}-th smallest number of the list xs (counting from 1, duplicates count); xs has at least {k} numbers."
+    desc = (
+        f"Return the {k}-th smallest number of the list xs (counting from 1, duplicates count); "
+        f"xs has at least {k} numbers."
+    )
     return desc, "solve(xs)", body, mutants, lambda r: (_ints(r, -9, 30, (k, 7)),)
 
 
@@ -411,12 +419,15 @@ class CodeTask:
         if state.code is not None:
             lines.append(f"Current code:\n```python\n{state.code}\n```")
         if state.tests:
-            lines.append("Current tests:\n" + "\n".join(f"solve({_args(t.args)}) == {t.expected!r}" for t in state.tests))
+            tests = "\n".join(f"solve({_args(t.args)}) == {t.expected!r}" for t in state.tests)
+            lines.append(f"Current tests:\n{tests}")
         if state.code is not None and state.tests:
             lines.append("The code passes every test." if state.agreed else "The code fails at least one test.")
         return "\n".join(lines)
 
-    def reward_parts(self, role: str, before: CodeState, outcome: CodeOutcome, run: ToolRun | None = None) -> RewardParts:
+    def reward_parts(
+        self, role: str, before: CodeState, outcome: CodeOutcome, run: ToolRun | None = None
+    ) -> RewardParts:
         return reward_parts(role, before, outcome, run)
 
 

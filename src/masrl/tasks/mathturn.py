@@ -164,5 +164,7 @@ class MathTurnTask:
                 lines.append(f"Latest {role} answer: {state.answers[role]}")
         return "\n".join(lines)
 
-    def reward_parts(self, role: str, before: MathState, outcome: MathOutcome, run: ToolRun | None = None) -> RewardParts:
+    def reward_parts(
+        self, role: str, before: MathState, outcome: MathOutcome, run: ToolRun | None = None
+    ) -> RewardParts:
         return reward_parts(role, before, outcome, run)

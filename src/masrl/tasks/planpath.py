@@ -171,7 +171,8 @@ def describe(state: PathState) -> str:
     return (
         f"Grid ({m.height} rows x {m.width} columns; row 0 is the top). A = you, G = goal, # = wall, . = free.\n"
         f"{render(state)}\n"
-        f"You are at (row {state.pos[0]}, column {state.pos[1]}); the goal is at (row {m.goal[0]}, column {m.goal[1]}).\n"
+        f"You are at (row {state.pos[0]}, column {state.pos[1]}); "
+        f"the goal is at (row {m.goal[0]}, column {m.goal[1]}).\n"
         "Moves: U (row - 1), D (row + 1), L (column - 1), R (column + 1)."
     )
 
@@ -256,5 +257,7 @@ class PlanPathTask:
     def observe(self, state: PathState) -> str:
         return describe(state)
 
-    def reward_parts(self, role: str, before: PathState, outcome: PathOutcome, run: ToolRun | None = None) -> RewardParts:
+    def reward_parts(
+        self, role: str, before: PathState, outcome: PathOutcome, run: ToolRun | None = None
+    ) -> RewardParts:
         return reward_parts(role, before, outcome)

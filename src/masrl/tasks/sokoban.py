@@ -296,5 +296,7 @@ class SokobanTask:
     def observe(self, state: SokobanState) -> str:
         return describe(state)
 
-    def reward_parts(self, role: str, before: SokobanState, outcome: SokobanOutcome, run: ToolRun | None = None) -> RewardParts:
+    def reward_parts(
+        self, role: str, before: SokobanState, outcome: SokobanOutcome, run: ToolRun | None = None
+    ) -> RewardParts:
         return reward_parts(role, before, outcome)

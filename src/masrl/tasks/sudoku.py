@@ -89,7 +89,8 @@ def _peers(grid: Grid, r: int, c: int) -> list[int]:
 
 def legal(grid: Grid) -> bool:
     """No filled value repeats in a row, column or box."""
-    return all(grid[r][c] == 0 or grid[r][c] not in _peers(grid, r, c) for r in range(len(grid)) for c in range(len(grid)))
+    n = len(grid)
+    return all(grid[r][c] == 0 or grid[r][c] not in _peers(grid, r, c) for r in range(n) for c in range(n))
 
 
 def solved(state: SudokuState) -> bool:
@@ -295,5 +296,7 @@ class SudokuTask:
     def observe(self, state: SudokuState) -> str:
         return describe(state)
 
-    def reward_parts(self, role: str, before: SudokuState, outcome: SudokuOutcome, run: ToolRun | None = None) -> RewardParts:
+    def reward_parts(
+        self, role: str, before: SudokuState, outcome: SudokuOutcome, run: ToolRun | None = None
+    ) -> RewardParts:
         return reward_parts(role, before, outcome)
