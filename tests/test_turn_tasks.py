@@ -247,3 +247,29 @@ def test_mixes_by_hand():
         mixed_reward(design, "reasoner", parts, mix="product")
     with pytest.raises(ValueError, match="needs component scores"):
         mixed_reward(design, "reasoner", RewardParts(1.0, {"fmt": 1.0}))
+
+
+def test_evals_package_mazes_as_eval_set(tmp_path):
+    """Two lines in the `evals` maze file format (0 path, 1 wall, 2 start, 3 exit; ideal as a list)."""
+    import json
+
+    def line(rows, ideal):
+        maze = "\n".join("[" + ",".join(map(str, r)) + "]" for r in rows) + "\n"
+        content = f"**Task Description:** ...\n<maze-to-solve>\n{maze}\n<maze-to-solve-end>\n\nYour Solution:\n"
+        return json.dumps({"input": [{"role": "user", "content": content}], "ideal": str(ideal)})
+
+    path = tmp_path / "10x10-mazes.jsonl"
+    path.write_text(
+        line([[2, 0, 0], [1, 1, 0], [3, 0, 0]], ["right", "right", "down", "down", "left", "left"]) + "\n"
+        + line([[0, 0, 3], [1, 1, 0], [2, 0, 0]], ["right", "right", "up", "up"]) + "\n"
+    )  # fmt: skip
+    task = PlanPathTask(seed=0, evals_mazes=str(path))
+    first, second = task.items("eval", 0, 10)
+    assert first.answer == "R R D D L L" and first.metadata["shortest"] == 6 and first.metadata["rows"] == ["...", "##.", "..."]
+    assert task.score(first, first.answer) == 1.0 and task.score(second, "R R U U") == 1.0
+    assert task.score(second, "U U R R") == 0.0  # into the wall
+    assert task.items("train", 0, 1)[0].id.startswith("planpath10x10/train/")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(line([[0, 0], [0, 0]], ["up"]) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1: a maze needs one start"):
+        PlanPathTask(evals_mazes=str(bad))

@@ -12,6 +12,10 @@ move off the grid or into a wall is illegal and stops the list there; moves
 after the goal is reached are ignored. `step` never raises: an unparsable
 reply is the action None, which changes nothing.
 
+Extra eval set: `evals_mazes` = the path of the `evals` package's
+registry/data/mazes/10x10-mazes.jsonl (2,000 mazes; extract the file, the
+package itself is not installed) replaces the generated eval split.
+
 Rewards (appendix A.1.4, lambda = 0.5). d = Manhattan distance to the goal,
 d0 = max(1, initial distance).
 - team: 1 at the goal, else max(0, (d_before - d_after) / d0);
@@ -24,9 +28,12 @@ d0 = max(1, initial distance).
 
 from __future__ import annotations
 
+import json
+import re
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from random import Random
 
 from masrl.tasks.base import check_split
@@ -191,6 +198,40 @@ def generate(rng: Random, height: int, width: int, wall_density: float, min_dist
             return maze
 
 
+_EVALS_MAZE = re.compile(r"<maze-to-solve>\s*(.*?)\s*<maze-to-solve-end>", re.DOTALL)
+
+
+def load_evals_mazes(path: str | Path) -> list[TaskItem]:
+    """The `evals` package's maze files (registry/data/mazes/NxN-mazes.jsonl, 2,000 10x10 mazes) as
+    Plan-Path eval items. Each line holds the maze as rows of 0 (path), 1 (wall), 2 (start) and
+    3 (exit) between <maze-to-solve> tags, and the shortest move list as `ideal`; the item's
+    question is our own rendering, its answer the ideal moves as U/D/L/R."""
+    path = Path(path)
+    items = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            row = json.loads(line)
+            found = _EVALS_MAZE.search(row["input"][-1]["content"])
+            if not found:
+                raise ValueError(f"{where}: no <maze-to-solve> block")
+            cells = [json.loads(r) for r in found.group(1).split()]
+            start = [(r, c) for r, cs in enumerate(cells) for c, v in enumerate(cs) if v == 2]
+            goal = [(r, c) for r, cs in enumerate(cells) for c, v in enumerate(cs) if v == 3]
+            if len(start) != 1 or len(goal) != 1:
+                raise ValueError(f"{where}: a maze needs one start (2) and one exit (3)")
+            maze = Maze(tuple("".join("#" if v == 1 else "." for v in cs) for cs in cells), start[0], goal[0])
+            moves = parse_moves(str(row.get("ideal", "")).replace("'", ""))
+            if maze.distance.get(maze.start) is None or moves is None:
+                raise ValueError(f"{where}: the exit cannot be reached, or `ideal` is not a move list")
+            md = {"rows": list(maze.rows), "start": list(maze.start), "goal": list(maze.goal)}
+            md["shortest"] = maze.distance[maze.start]
+            items.append(TaskItem(f"evals-maze/{number}", describe(PathState(maze, maze.start)), " ".join(moves), md))
+    return items
+
+
 def maze_of(item: TaskItem) -> Maze:
     md = item.metadata
     return Maze(tuple(md["rows"]), tuple(md["start"]), tuple(md["goal"]))
@@ -205,7 +246,7 @@ class PlanPathTask:
 
     def __init__(
         self, seed: int = 0, height: int = 10, width: int = 10, wall_density: float = 0.25, min_distance: int = 4,
-        eval_fraction: float = 0.1,
+        eval_fraction: float = 0.1, evals_mazes: str | None = None,
     ):
         if height < 2 or width < 2:
             raise ValueError(f"plan-path grid must be at least 2 x 2, got {height} x {width}")
@@ -223,9 +264,14 @@ class PlanPathTask:
             return Instance(describe(state), " ".join(maze.shortest_path(maze.start)), md)
 
         self.splits = ProceduralSplits(self.name, make, seed, eval_fraction)
+        self.extra_eval = load_evals_mazes(evals_mazes) if evals_mazes else None
 
     def items(self, split: str, start: int, count: int) -> list[TaskItem]:
+        """Train: generated grids. Eval: held-out generated grids, or the `evals` package's mazes
+        when `evals_mazes` names their file."""
         check_split(split)
+        if split == "eval" and self.extra_eval is not None:
+            return self.extra_eval[start : start + count]
         return self.splits.items(split, start, count)
 
     # -- single-answer grading (Task protocol): the whole move list from the start
