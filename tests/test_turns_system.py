@@ -140,3 +140,13 @@ def test_branching_factor_one_equals_parallel():
     tree = asyncio.run(expand(system(), agents(), ITEM, PerTurnGreedy(1)))
     par = asyncio.run(expand(system(), agents(), ITEM, Parallel(1)))
     assert tree == par and len(tree.calls) == 4
+
+
+def test_prefill_starts_the_reply_and_is_parsed_with_it():
+    sys = TurnsSystem(TASK, ("planner",), {"planner": "plan"}, 1, prefill={"planner": "#### ["})
+    state = sys.start(ITEM)
+    step = sys.next_step(state)
+    assert step.messages[-1].role == "assistant" and step.messages[-1].content == "#### ["
+    tr = sys.advance(state, step, reply("R, R, R, D, D]"))
+    assert tr.action == ("R", "R", "R", "D", "D") and tr.rewards["correct"] == 1.0
+    assert tr.state.history[-1] == "[turn 1] planner: [R, R, R, D, D]"

@@ -237,6 +237,10 @@ class TurnsConfig(Section):
     timeout: float = Field(5.0, gt=0.0, description="sandbox wall-clock and CPU seconds per program")
     history: int = Field(6, ge=0, description="history lines (earlier agents' outputs) shown in each observation")
     prompts: dict[str, str] = Field(default_factory=dict, description="role -> system prompt override")
+    prefill: dict[str, str] = Field(
+        default_factory=dict, description="role -> text its reply starts with (e.g. '#### [' for a planner); "
+        "part of the prompt, and of what the task parses"
+    )
 
 
 class SamplerConfig(Section):

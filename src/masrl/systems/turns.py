@@ -32,7 +32,7 @@ and `max_turns: 1` is the paper's single-turn single-agent baseline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from masrl.config import ConfigError
@@ -111,6 +111,7 @@ class TurnsSystem:
     code_roles: tuple[str, ...] = ("tool",)  # roles whose reply code is run in the sandbox
     timeout: float = 5.0
     history: int = 6  # history lines shown
+    prefill: Mapping[str, str] = field(default_factory=dict)  # role -> text its reply starts with
 
     def __post_init__(self):
         unknown = [a for a in self.agents if a not in self.task.design.coefficients]
@@ -131,11 +132,14 @@ class TurnsSystem:
             lines.append("What the team did so far:\n" + "\n".join(state.history[-self.history :]))
         lines.append(f"Turn {state.turn + 1} of {self.max_turns}. You are the {role}.")
         messages = (Message("system", self.prompts[role]), Message("user", "\n\n".join(lines)))
+        if self.prefill.get(role):  # a trailing assistant message: the reply continues it (agents/policy.py)
+            messages += (Message("assistant", self.prefill[role]),)
         return Step(agent=role, role=role, turn=state.turn, messages=messages)
 
     def advance(self, state: TurnState, step: Step, reply: Reply) -> Transition:
         role = step.role
-        text, run = tool_output(reply.text, self.timeout) if role in self.code_roles else (reply.text, None)
+        full = self.prefill.get(role, "") + reply.text  # the prefill is part of what the agent said
+        text, run = tool_output(full, self.timeout) if role in self.code_roles else (full, None)
         action = self.task.parse(text)
         outcome = self.task.step(state.env, role, action)
         parts = self.task.reward_parts(role, state.env, outcome, run)
@@ -145,7 +149,7 @@ class TurnsSystem:
         components["format"] = float(action is not None)
         index = (state.index + 1) % len(self.agents)
         turn = state.turn + (index == 0)
-        history = (*state.history, f"[turn {state.turn + 1}] {role}: {_summary(reply.text, run)}")
+        history = (*state.history, f"[turn {state.turn + 1}] {role}: {_summary(full, run)}")
         new = replace(state, env=env, turn=turn, index=index, history=history)
         done = (role in self.task.commits and self.task.done(env)) or turn >= self.max_turns
         return Transition(state=new, action=action, rewards=components, reward=reward, done=done)
@@ -181,10 +185,10 @@ def build_turns(config, task) -> Built:
         )
     tc = config.turns
     agents = tuple(tc.agents) or tuple(task.roles)
-    unknown = sorted(set(agents) - set(task.roles)) + sorted(set(tc.prompts) - set(agents))
+    unknown = sorted(set(agents) - set(task.roles)) + sorted((set(tc.prompts) | set(tc.prefill)) - set(agents))
     if unknown:
         raise ConfigError(
-            f"turns.agents / turns.prompts name {unknown}; "
+            f"turns.agents / turns.prompts / turns.prefill name {unknown}; "
             f"the roles of task {config.task.kind!r} are {list(task.roles)}"
         )
     fmt = ANSWER_FORMAT.get(config.task.kind, "")
@@ -193,7 +197,7 @@ def build_turns(config, task) -> Built:
     try:
         system = TurnsSystem(
             task, agents, prompts, tc.max_turns, tc.mix, tc.alpha, tc.lam,
-            tuple(r for r in agents if r in tc.code_roles), tc.timeout, tc.history,
+            tuple(r for r in agents if r in tc.code_roles), tc.timeout, tc.history, dict(tc.prefill),
         )  # fmt: skip
     except ValueError as e:
         raise ConfigError(str(e)) from None
