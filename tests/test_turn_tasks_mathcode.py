@@ -246,3 +246,14 @@ def test_humaneval_default_file_comes_from_the_package():
         assert len(CodeTask(eval_set="humaneval").items("eval", 0, 500)) == 164
     with pytest.raises(ValueError, match="eval_set must be"):
         CodeTask(eval_set="apps")
+
+
+def test_code_cannot_read_expected_values_or_flood_the_report():
+    task = CodeTask(seed=0, timeout=2.0)
+    start = task.reset(SUM_EVEN)
+    # reads every global of the harness looking for expected outputs: there are none to find
+    peek = "import __main__\ndef solve(xs):\n    return [v for k, v in vars(__main__).items() if k.isupper()]\n"
+    out = task.step(start, "coder", task.parse(f"```python\n{peek}```"))
+    assert out.run.build and out.state.golden_passed == frozenset()
+    big = task.step(start, "coder", task.parse(_code("return 'x' * 10**6")))  # too long: wrong, not a crash
+    assert big.run.build and big.run.results[:4] == (False, False, False, False)

@@ -19,7 +19,10 @@ Everything the coder writes runs in masrl.sandbox (one run per candidate:
 its code against the golden tests and the tester's current tests). The
 tester's tests are literals, never code: they are checked against the
 trusted reference and mutants in-process, and against the coder's code in
-the sandbox.
+the sandbox. Only the inputs go into the sandbox; the harness sends back what
+the code returned and the comparison with the expected values happens
+outside, so code that reads the harness's variables or prints a fake report
+learns nothing it could pass with.
 
 State: the coder's latest code, the tester's latest tests, and which golden
 tests the previous code passed. `done` when the code passes every test of
@@ -249,29 +252,43 @@ except BaseException:
     print("\\n{tag}" + json.dumps(None), flush=True)
     raise SystemExit(0)
 out = []
-for args, expected in CASES:
+for args in CASES:
     try:
-        got = solve(*args)
-        out.append(json.loads(json.dumps(got)) == expected)
+        got = json.dumps(solve(*args))
+        out.append(["ok", got] if len(got) <= {max_chars} else ["big", None])
     except BaseException:
-        out.append(None)
+        out.append(["raised", None])
 print("\\n{tag}" + json.dumps(out), flush=True)
 """
+MAX_RESULT_CHARS = 4000  # a longer return value counts as wrong rather than flooding the output cap
 
 
 def run_cases(code: str, cases: Sequence[UnitTest], timeout: float = 5.0, entry: str = "solve") -> CodeRun:
     """Run code against cases in the sandbox, one process for all of them, calling function `entry`."""
     tag = f"@@result-{secrets.token_hex(8)}@@"
-    payload = json.dumps([[list(c.args), c.expected] for c in cases])
-    program = _HARNESS.format(code=code, cases=payload, tag=tag, entry=entry)
+    payload = json.dumps([list(c.args) for c in cases])  # inputs only: expected values never enter the sandbox
+    program = _HARNESS.format(code=code, cases=payload, tag=tag, entry=entry, max_chars=MAX_RESULT_CHARS)
     result = run_code(program, timeout=timeout, cpu_seconds=timeout)
+    failed = CodeRun(False, tuple(None for _ in cases), result.status)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith(tag)]
     if not lines:  # timeout, crash or killed before the harness reported
-        return CodeRun(False, tuple(None for _ in cases), result.status)
-    report = json.loads(lines[-1][len(tag) :])
-    if report is None:
-        return CodeRun(False, tuple(None for _ in cases), result.status)
-    return CodeRun(True, tuple(report), result.status)
+        return failed
+    try:
+        report = json.loads(lines[-1][len(tag) :])
+        if report is None:
+            return failed
+        results = tuple(
+            None if kind == "raised" else kind == "ok" and json.loads(got) == _plain(case.expected)
+            for (kind, got), case in zip(report, cases, strict=True)
+        )
+    except (ValueError, TypeError):  # a report the code's own output garbled
+        return failed
+    return CodeRun(True, results, result.status)
+
+
+def _plain(value: Any) -> Any:
+    """A literal as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
 
 
 # ---------------------------------------------------------------- state and steps
