@@ -349,10 +349,10 @@ def test_reward_terms():
 
 
 def test_build_task(tmp_path):
-    assert set(TASKS) == {"math", "jsonl"}
+    assert set(TASKS) == {"math", "jsonl", "sudoku", "sokoban", "planpath", "math_turns", "code"}
     task = build_task("math", dataset="chain_sum", seed=2, difficulty="easy")
     assert isinstance(task, MathTask) and isinstance(task, Task)
     path = _write(tmp_path, [{"question": "q", "answer": "1"}])
     assert isinstance(build_task("jsonl", path=path), Task)
-    with pytest.raises(ValueError, match="unknown task kind 'gsm8k'; valid kinds: jsonl, math"):
+    with pytest.raises(ValueError, match="unknown task kind 'gsm8k'; valid kinds: code, jsonl, math, math_turns, planpath, sokoban, sudoku"):
         build_task("gsm8k")

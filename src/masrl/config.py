@@ -18,6 +18,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
+TURN_TASKS = ("sudoku", "sokoban", "planpath", "math_turns", "code")  # tasks of system.kind turns
+
+
 class ConfigError(ValueError):
     """A config that cannot run; the message is meant for the user as is."""
 
@@ -39,14 +42,19 @@ class ModelConfig(Section):
 
 
 class TaskConfig(Section):
-    kind: Literal["math", "jsonl", "champ", "search"] = Field(
-        "math", description="search: multi-hop questions over the search section's corpus (system.kind pipeline)"
+    kind: Literal["math", "jsonl", "champ", "search", "sudoku", "sokoban", "planpath", "math_turns", "code"] = Field(
+        "math", description="search: multi-hop questions over the search section's corpus (system.kind pipeline); "
+        "sudoku, sokoban, planpath, math_turns, code: turn-based tasks (system.kind turns; options in task.config)"
     )
     dataset: str = Field("basic_arithmetic", description="reasoning-gym dataset name (kind=math)")
     difficulty: Literal["easy", "medium", "hard", "mixed"] = Field(
         "easy", description="mixed interleaves easy, medium and hard problems"
     )
-    config: dict[str, Any] = Field(default_factory=dict, description="raw reasoning-gym config overrides")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="raw reasoning-gym config overrides; turn-based tasks: their constructor "
+        "options (sudoku: size, blanks; sokoban: size, boxes, inner_walls, ...; planpath: height, width, wall_density, "
+        "min_distance; code: families, timeout)"
+    )
     path: str | None = Field(
         None, description="JSONL question/answer file (kind=jsonl) or CHAMP pool file (kind=champ)"
     )
@@ -54,7 +62,7 @@ class TaskConfig(Section):
 
 
 class SystemConfig(Section):
-    kind: Literal["single", "router", "pipeline", "puppeteer", "budget"] = "single"
+    kind: Literal["single", "router", "pipeline", "puppeteer", "budget", "turns"] = "single"
     prompt: str = Field(
         "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
         description="system prompt of the single agent",
@@ -207,9 +215,42 @@ class SearchConfig(Section):
     prefill: bool = Field(True, description="start each reply inside its format (a numbered list, ids, <answer>)")
 
 
+class TurnsConfig(Section):
+    """Turn-based cooperating agents (system.kind turns; masrl/systems/turns.py, at-grpo-pettingllms.txt)."""
+
+    agents: list[str] = Field(
+        default_factory=list, description="roles in acting order; empty = the task's roles (tool, planner / "
+        "tool, reasoner / coder, tester); one role = the single-agent baseline"
+    )
+    policies: Literal["shared", "per_role"] = Field(
+        "shared", description="shared: one LoRA adapter plays every role; per_role: one adapter per role, one base model"
+    )
+    max_turns: int = Field(2, ge=1, description="T: turns per episode (paper: 4); every agent acts once per turn")
+    mix: Literal["lambda", "alpha"] = Field(
+        "lambda", description="lambda: lam*team + (1-lam)*mask*local (appendix A.1); alpha: alpha*team + local (eq. 4)"
+    )
+    alpha: float = Field(1.0, ge=0.0, description="mix alpha: weight of the team reward (paper: 1)")
+    lam: float | None = Field(
+        None, ge=0.0, le=1.0, description="mix lambda; null = the task's appendix-A.1 value (math .7, sudoku .6, "
+        "plan-path .5, sokoban .4, code .5)"
+    )
+    code_roles: list[str] = Field(
+        default_factory=lambda: ["tool"], description="roles whose ```python reply is run in the sandbox; its "
+        "printed output is their answer"
+    )
+    timeout: float = Field(5.0, gt=0.0, description="sandbox wall-clock and CPU seconds per program")
+    history: int = Field(6, ge=0, description="history lines (earlier agents' outputs) shown in each observation")
+    prompts: dict[str, str] = Field(default_factory=dict, description="role -> system prompt override")
+    prefill: dict[str, str] = Field(
+        default_factory=dict, description="role -> text its reply starts with (e.g. '#### [' for a planner); "
+        "part of the prompt, and of what the task parses"
+    )
+
+
 class SamplerConfig(Section):
-    rule: Literal["parallel", "full_tree", "fork_on_first", "independent", "round_robin"] = Field(
-        "parallel", description="fork_on_first, independent, round_robin: the search pipeline's FoF, IS, RR"
+    rule: Literal["parallel", "full_tree", "fork_on_first", "independent", "round_robin", "per_turn_greedy"] = Field(
+        "parallel", description="fork_on_first, independent, round_robin: the search pipeline's FoF, IS, RR; "
+        "per_turn_greedy: AT-GRPO's K candidates per decision, the best-rewarded continues"
     )
     group_size: int = Field(8, ge=1, description="G: candidates drawn per decision (parallel: per task)")
     fork_probs: list[float] = Field(
@@ -239,11 +280,13 @@ class AlgoConfig(Section):
         description="group-normalised returns (grpo, grpo_mean, rloo, reinforce_baseline, reinforce), or gae: "
         "per-token GAE from a learned value model (PPO; the critic section)",
     )
-    credit: Literal["tree_q", "descendant_mean"] = Field(
-        "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward"
+    credit: Literal["tree_q", "descendant_mean", "immediate"] = Field(
+        "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward; "
+        "immediate: each call's own reward (AT-GRPO)"
     )
-    grouping: Literal["task", "siblings", "independent", "round_robin"] = Field(
-        "task", description="independent, round_robin: the search pipeline's IS and RR groups (masrl/algos/credit.py)"
+    grouping: Literal["task", "siblings", "independent", "round_robin", "agent_turn"] = Field(
+        "task", description="independent, round_robin: the search pipeline's IS and RR groups; agent_turn: "
+        "AT-GRPO's (environment, agent, turn) groups (masrl/algos/credit.py)"
     )
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
@@ -314,6 +357,7 @@ class Config(Section):
     puppeteer: PuppeteerConfig = PuppeteerConfig()
     budget: BudgetConfig = BudgetConfig()
     search: SearchConfig = SearchConfig()
+    turns: TurnsConfig = TurnsConfig()
     sampler: SamplerConfig = SamplerConfig()
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
@@ -338,6 +382,8 @@ class Config(Section):
             raise ValueError(f"router.baselines has unknown entries {sorted(unknown_baselines)}")
         if (self.system.kind == "pipeline") != (self.task.kind == "search"):
             raise ValueError("system.kind 'pipeline' and task.kind 'search' go together: set both")
+        if (self.system.kind == "turns") != (self.task.kind in TURN_TASKS):
+            raise ValueError(f"system.kind 'turns' and task.kind in {list(TURN_TASKS)} go together: set both")
         if self.sampler.rule in ("round_robin", "independent") and self.system.kind != "pipeline":
             raise ValueError(f"sampler.rule {self.sampler.rule!r} forks pipeline agents: set system.kind pipeline")
         if any(p < 0 for p in self.sampler.fork_probs) or sum(self.sampler.fork_probs) <= 0:

@@ -65,6 +65,14 @@ def build_task_from(config: Config) -> Task:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return SearchTask(corpus)
+    if t.kind == "math_turns":
+        opts = {"dataset": t.dataset, "difficulty": "easy" if t.difficulty == "mixed" else t.difficulty, **t.config}
+        return build_task("math_turns", seed=t.seed, **opts)
+    if t.kind in ("sudoku", "sokoban", "planpath", "code"):  # turn-based tasks: options in task.config
+        try:
+            return build_task(t.kind, seed=t.seed, **t.config)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"task.config for {t.kind}: {e}") from None
     if t.kind == "champ":
         from masrl.pools.champ import ChampTask
 

@@ -12,6 +12,16 @@ Grouping decides which calls are compared: `task` compares calls of the same
 task, role and turn (GRPO over G parallel episodes); `siblings` compares the
 candidates drawn at the same tree node.
 
+Turn-based cooperating agents (at-grpo-pettingllms.txt, sec. 4, Algorithm 1)
+use `immediate` credit, R(c) = c.reward: each of the K candidates drawn at an
+(environment, agent, turn) is scored by its own mixed team + local reward
+(eq. 4), because under greedy continuation only the best one has a future
+and a return-to-go would compare a trajectory with single actions. Their
+grouping is `agent_turn`: the key hash(e, i, t) of Algorithm 1, line 11
+(episode, agent, turn). Under the per-turn greedy tree (rollout.tree.PerTurnGreedy)
+one node per (agent, turn) branches, so these groups are exactly the sibling
+candidates drawn from one observation.
+
 The multi-agent search pipeline (mhgpo-search-system.txt, "Method: MHGPO")
 uses `descendant_mean` credit: a call's shared reward is the mean final
 reward (`rewards["final"]`, the answer's F1) over the final calls that
@@ -52,6 +62,18 @@ def tree_q(episode: Episode, gamma: float = 1.0) -> dict[str, float]:
 def group_by_task(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
     """Same task (episode index), role and turn: GRPO over G parallel episodes."""
     return [(i, c.role, c.turn) for i, c in calls]
+
+
+def immediate(episode: Episode, gamma: float = 1.0) -> dict[str, float]:
+    """R(c) = c.reward: each candidate's own reward, no return-to-go (AT-GRPO, Algorithm 1, line 10).
+    `gamma` is unused."""
+    failed = episode.failed_ids()
+    return {c.id: c.reward for c in episode.calls if c.id not in failed}
+
+
+def group_by_agent_turn(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """Same environment instance (episode), agent and turn: AT-GRPO's key hash(e, i, t)."""
+    return [(i, c.agent, c.turn) for i, c in calls]
 
 
 def group_by_siblings(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
@@ -155,7 +177,7 @@ def per_agent_weights(roles: Sequence[Hashable]) -> list[float]:
     return [total / (n * counts[r]) for r in roles]
 
 
-CREDITS = {"tree_q": tree_q, "descendant_mean": descendant_mean}
+CREDITS = {"tree_q": tree_q, "descendant_mean": descendant_mean, "immediate": immediate}
 # One signature: the batch's trainable calls as (episode index, call) -> one group key per call.
 # Batch-level, so a grouping may also regroup across episodes.
 GROUPINGS = {
@@ -163,6 +185,7 @@ GROUPINGS = {
     "siblings": group_by_siblings,
     "independent": group_independent,
     "round_robin": group_round_robin,
+    "agent_turn": group_by_agent_turn,
 }
 
 

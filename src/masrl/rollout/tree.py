@@ -8,7 +8,8 @@ over. `expand` grows the episode tree for one task: at every state the
 continue (`keep`). Parallel sampling (G independent episodes) is the rule
 "width G at the root, 1 below, keep all"; the full tree is "width G at every
 decision, keep all"; per-turn greedy trees and fork-at-agent are other rules
-over the same routine.
+over the same routine (`PerTurnGreedy` is AT-GRPO's: K candidates per
+decision, the best-rewarded one continues).
 
 The search pipeline's samplers (mhgpo-search-system.txt, appendix A) are
 rules too: `ForkAt(G, d)` is Algorithm 2's fork_on (one-to-one before and
@@ -105,6 +106,23 @@ class FullTree:
 
 
 @dataclass(frozen=True)
+class PerTurnGreedy:
+    """AT-GRPO's tree-structured sampling (at-grpo-pettingllms.txt, sec. 4, Algorithm 1, line 13):
+    at every decision draw K candidates from the same observation and continue only the one
+    with the highest immediate reward (the first on a tie; failed candidates never win).
+    Steps marked `branch=False` are drawn once. K = 1 is a single greedy-free rollout."""
+
+    group_size: int
+
+    def width(self, depth: int, step: Step) -> int:
+        return self.group_size if step.branch else 1
+
+    def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]:
+        live = [i for i, c in enumerate(children) if not c.failed]
+        return [max(live, key=lambda i: children[i].reward)] if live else []
+
+
+@dataclass(frozen=True)
 class ForkAt:
     """fork_on (MHGPO, Algorithm 2): G candidates at depth `depth`, one everywhere else.
     Fork-on-first is depth 0 (Algorithm 3)."""
@@ -161,6 +179,7 @@ BRANCH_RULES = {
     "fork_on_first": ForkAt,
     "independent": IndependentSampling,
     "round_robin": RoundRobin,
+    "per_turn_greedy": PerTurnGreedy,
 }
 
 

@@ -14,6 +14,7 @@ from masrl.systems.pipeline import build_pipeline
 from masrl.systems.puppeteer import build_puppeteer
 from masrl.systems.router import build_router
 from masrl.systems.single import build_single
+from masrl.systems.turns import build_turns
 
 __all__ = ["SYSTEMS", "Built"]
 
@@ -23,4 +24,5 @@ SYSTEMS: dict[str, Callable[..., Built]] = {
     "pipeline": build_pipeline,
     "puppeteer": build_puppeteer,
     "budget": build_budget,
+    "turns": build_turns,
 }

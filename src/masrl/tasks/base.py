@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from masrl.types import TaskItem
 
@@ -72,3 +72,42 @@ def held_out(question: str, fraction: float) -> bool:
     """
     digest = hashlib.sha256(question.strip().encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
+@runtime_checkable
+class TurnTask(Task, Protocol):
+    """A task whose instance is an environment that agents' actions step, turn after turn
+    (the turn-based cooperating agents of at-grpo-pettingllms.txt). All methods but a code
+    task's checks are pure, and none raises on a malformed action (None)."""
+
+    roles: tuple[str, ...]  # the agent roles its rewards are designed for, in acting order
+    commits: tuple[str, ...]  # roles whose action changes the state; the others' outcomes are proposals
+
+    def reset(self, item: TaskItem) -> Any:
+        """The start state of `item`."""
+        ...
+
+    def parse(self, text: str) -> Any:
+        """The action a reply (or a tool's printed output) states, or None when it states none."""
+        ...
+
+    def step(self, state: Any, role: str, action: Any) -> Any:
+        """The outcome of `role`'s `action` from `state`; its `.state` is the state after."""
+        ...
+
+    def done(self, state: Any) -> bool:
+        """The episode may stop: the goal is met (games) or the agents agree (math, code)."""
+        ...
+
+    def solved(self, state: Any) -> bool:
+        """The state's final answer is right (what success rate counts)."""
+        ...
+
+    def observe(self, state: Any) -> str:
+        """The state as text for an agent's prompt."""
+        ...
+
+    def reward_parts(self, role: str, before: Any, outcome: Any, run: Any = None) -> Any:
+        """masrl.tasks.team.RewardParts of `role` for `outcome` from `before`; `run` is the
+        masrl.tasks.tools.ToolRun when the reply's code was executed."""
+        ...
