@@ -9,6 +9,7 @@ import pytest
 from masrl.agents.base import Agent, approx_tokens
 from masrl.pools.champ import grade_summary
 from masrl.pools.simulated import (
+    ItemIndex,
     SimulatedAgent,
     calibration_items,
     correct_probability,
@@ -17,7 +18,7 @@ from masrl.pools.simulated import (
     measure_accuracy,
     simulated_pool,
 )
-from masrl.tasks.math import MathTask, extract_math_answer, math_equal
+from masrl.tasks.math import MathTask, MixedMathTask, extract_math_answer, math_equal
 from masrl.types import AgentError, Message, Price, TaskItem
 
 TARGETS = {"sim-weak": 0.35, "sim-medium": 0.60, "sim-strong": 0.85}
@@ -112,6 +113,22 @@ def test_finds_the_item_inside_a_longer_prompt_from_a_math_task():
     assert correct == agent.is_correct(item, 0)
     with pytest.raises(AgentError, match="knows no task item"):
         ask(agent, "What is the airspeed of an unladen swallow?")
+
+
+def test_a_miss_rebuilds_the_task_item_list_only_when_the_task_has_new_items(monkeypatch):
+    task = MixedMathTask("basic_arithmetic", seed=0, chunk_size=20)
+    first = task.items("train", 0, 3)
+    builds = []
+    real = task.known_items
+    monkeypatch.setattr(task, "known_items", lambda: builds.append(1) or real())
+    index = ItemIndex(task)
+    assert task.known_count() == len(real()) >= 3
+    assert index.find(f"Solve: {first[1].question}") == first[1] and len(builds) == 1
+    for i in range(3):  # misses with nothing new generated: no rebuild
+        assert index.find(f"unrelated prompt {i}") is None
+    assert len(builds) == 1
+    later = task.items("train", 60, 1)[0]  # the task generates more: the next miss rebuilds once
+    assert index.find(f"Now: {later.question}") == later and len(builds) == 2
 
 
 def test_stronger_agent_never_less_likely_and_more_accurate(pool, items):

@@ -148,7 +148,8 @@ class ItemIndex:
 
     Items come from a list given up front, from `add`, or from a task's
     `known_items()` (every item it has generated so far), read when a question
-    is not yet known. A task without that method must have its items `add`-ed.
+    is not yet known and the task's optional `known_count()` says it has new
+    items. A task without `known_items` must have its items `add`-ed.
     """
 
     def __init__(self, source: Any = None):
@@ -190,6 +191,9 @@ class ItemIndex:
         known = getattr(self._task, "known_items", None)
         if known is None:
             return
+        count = getattr(self._task, "known_count", None)
+        if count is not None and count() == self._seen_from_task:
+            return  # nothing new: skip rebuilding the task's item list (a miss per prompt adds up)
         items = known()
         if len(items) != self._seen_from_task:
             self._seen_from_task = len(items)

@@ -113,6 +113,11 @@ class MathTask:
         with self._lock:
             return [item for split in SPLITS for item in self._items[split]]
 
+    def known_count(self) -> int:
+        """len(known_items()), without building the list (checked on every lookup miss)."""
+        with self._lock:
+            return sum(len(self._items[split]) for split in SPLITS)
+
     def _read_chunk(self, split: str) -> None:
         """Generate chunks of this split's seed stream until one adds an item."""
         out = self._items[split]
@@ -189,6 +194,9 @@ class MixedMathTask:
             for level, task in self.levels.items()
             for it in task.known_items()
         ]
+
+    def known_count(self) -> int:
+        return sum(task.known_count() for task in self.levels.values())
 
 
 # ---- answer extraction ----
