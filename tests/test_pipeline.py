@@ -244,7 +244,8 @@ def test_answer_parser_and_length_penalty():
     assert parse_answer("<answer>Ann Lee", 10, 1.0).text == "Ann Lee"  # no closing tag: forgiven
     long = parse_answer("<answer>" + " ".join(["word"] * 11) + "</answer>", 10, 1.0)
     assert long.words == 11 and long.penalty == -1.0
-    assert parse_answer("   ", 10, 1.0) == Answer("", 0, 0.0)
+    assert parse_answer("   ", 10, 1.0) == Answer("", 0, -1.0)  # nothing is penalised like too much
+    assert parse_answer("<answer></answer>", 10, 0.5) == Answer("", 0, -0.5)
 
 
 def test_qa_metrics_by_hand():

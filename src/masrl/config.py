@@ -211,7 +211,7 @@ class SearchConfig(Section):
     answer_max_words: int = Field(10, ge=1, description="a longer answer is penalised (appendix B)")
     rewriter_penalty: float = Field(0.5, ge=0.0, description="no sub-query, or more than max_subqueries")
     reranker_penalty: float = Field(0.5, ge=0.0, description="duplicate or out-of-range ids, or none")
-    answerer_penalty: float = Field(1.0, ge=0.0, description="an answer longer than answer_max_words")
+    answerer_penalty: float = Field(1.0, ge=0.0, description="an answer longer than answer_max_words, or empty")
     prefill: bool = Field(True, description="start each reply inside its format (a numbered list, ids, <answer>)")
 
 

@@ -18,7 +18,11 @@ also carries its agent-specific penalty (appendix B, after Chen et al. 2025):
   list is cut) or none at all (the question itself is searched);
 - Reranker: -0.5 for a duplicated or out-of-range id, or no id at all (the
   first `max_docs` retrieved pages are used);
-- Answerer: -1.0 when the answer is longer than `answer_max_words` words.
+- Answerer: -1.0 when the answer is longer than `answer_max_words` words, or
+  empty. The paper penalises only length; without the empty case, short
+  SmolLM2 runs of RR and IS (rare non-zero F1) learned to avoid the length
+  penalty by answering nothing (answers of 0 words, F1 0), the same hole the
+  rewriter and reranker penalties above close for their roles.
 
 Parsers never raise: every malformed output still leads to a next step, so
 an episode always ends with an answer to grade.
@@ -156,7 +160,7 @@ def parse_ids(text: str, n_docs: int, max_docs: int, penalty: float) -> Rerank:
 def parse_answer(text: str, max_words: int, penalty: float) -> Answer:
     answer = extract_short_answer(text) or ""
     words = len(answer.split())
-    return Answer(answer, words, -penalty if words > max_words else 0.0)
+    return Answer(answer, words, -penalty if words > max_words or words == 0 else 0.0)
 
 
 # ---------------------------------------------------------------- the system
