@@ -399,8 +399,8 @@ def test_none_is_an_unknown_expert_in_the_free_protocol():
     assert parse_action("<call>None</call>", EXPERTS, can_call=True, alone="none").kind == "alone"
 
 
-@pytest.mark.parametrize("decide_first", [False, True])
-def test_reference_rows_send_every_query_to_one_expert(decide_first):
+@pytest.mark.parametrize("decide_first, numbered", [(False, False), (True, False), (True, True)])
+def test_reference_rows_send_every_query_to_one_expert(decide_first, numbered):
     items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(3)]
     answers = {"cheap": "It is <answer>{}</answer>.", "pricey": "Surely <answer>{}</answer>."}
 
@@ -411,7 +411,9 @@ def test_reference_rows_send_every_query_to_one_expert(decide_first):
             return Reply(answers[self.name].format(2 * i + (self.name == "pricey")), r.tokens_in, r.tokens_out, 0.0)
 
     agents = {"cheap": Expert("cheap", ["-"], 100, 50), "pricey": Expert("pricey", ["-"], 200, 100)}
-    rows = evaluate_baselines(system(decide_first=decide_first), agents, items, ["single", "random"], seed=0)
+    rows = evaluate_baselines(
+        system(decide_first=decide_first, numbered=numbered), agents, items, ["single", "random"], seed=0
+    )
     by = {r.method: r for r in rows}
     assert list(by) == ["single:cheap", "single:pricey", "random"]
     assert by["single:cheap"].accuracy == 1.0 and by["single:cheap"].mean_cost == pytest.approx(0.0025)
