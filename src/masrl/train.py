@@ -221,11 +221,8 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     cfg = config.trainer
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
     last = start  # the last step trained (and checkpointed) by this loop
-    trained_seconds, step_seconds = 0.0, 0.0
+    trained_seconds = 0.0
     for step in range(start + 1, cfg.steps + 1):
-        if out_of_time(trained_seconds, step_seconds, cfg.max_minutes):
-            tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {last} ({trained_seconds / 60:.1f} min)")
-            break
         t0 = time.perf_counter()
         tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
         episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))  # 1. sample
@@ -260,11 +257,15 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         step_seconds = time.perf_counter() - t0
         trained_seconds += step_seconds
         last = step
-        final = step == cfg.steps or out_of_time(trained_seconds, step_seconds, cfg.max_minutes)
+        stop = out_of_time(trained_seconds, step_seconds, cfg.max_minutes)
+        final = step == cfg.steps or stop
         if config.eval.every and step % config.eval.every == 0 and not final:
             _log_eval(engine, logger, step, f"step {step}")
         if step % cfg.checkpoint_every == 0 or final:  # 6. checkpoint
             _checkpoint(engine, run_dir, step)
+        if stop:
+            tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} ({trained_seconds / 60:.1f} min)")
+            break
     bar.close()
     _log_eval(engine, logger, last, "after", final=True)
     logger.close()
