@@ -140,10 +140,10 @@ class ScriptedController:
     Speaks both protocols: it continues a prefilled `<call>` / `<answer>` (decide) or writes the
     whole tag (free)."""
 
-    def __init__(self, choose, alone: str = ALONE):
+    def __init__(self, choose, label=lambda option: option):
         self.name = CONTROLLER
         self.choose = choose
-        self.alone = alone  # the option that answers alone ("0" with numbered options)
+        self.label = label  # what the system's protocol calls an option (BudgetSystem.label)
 
     async def __call__(self, messages) -> Reply:
         messages = tuple(messages)
@@ -153,7 +153,7 @@ class ScriptedController:
         answer = copied[-1].strip() if copied else "unknown"
         prefill = messages[-1].content if messages[-1].role == "assistant" else ""
         if prefill == "<call>":
-            text = f"{self.alone}</call>" if replied else f"{self.choose(messages[1].content)}</call>"
+            text = f"{self.label(ALONE)}</call>" if replied else f"{self.label(self.choose(messages[1].content))}</call>"
         elif prefill == "<answer>":
             text = f"{answer}</answer>"
         else:
@@ -196,9 +196,7 @@ def evaluate_baselines(
         for agent in agents.values():
             if hasattr(agent, "reset"):
                 agent.reset()
-        if system.numbered:  # the options are numbers: expert k of the listed experts is "k"
-            choose = (lambda c: lambda q: str(system.experts.index(c(q)) + 1))(choose)
-        scripted = {**agents, CONTROLLER: ScriptedController(choose, alone="0" if system.numbered else ALONE)}
+        scripted = {**agents, CONTROLLER: ScriptedController(choose, system.label)}
         episodes = asyncio.run(rollout(system.with_mode(top), scripted, items, Parallel(1)))
         costs = [_episode_cost(ep) for ep in episodes]
         correct = [ep.leaves()[0].rewards.get("correct", 0.0) for ep in episodes]

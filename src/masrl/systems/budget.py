@@ -252,6 +252,13 @@ class BudgetSystem:
         if self.fixed_mode is not None and self.fixed_mode not in self.mode_names:
             raise ValueError(f"unknown budget mode {self.fixed_mode!r}; modes: {list(self.mode_names)}")
 
+    def label(self, option: str) -> str:
+        """What the controller writes in `<call>` for `option` (an expert, or ALONE): the name, or with
+        numbered options its number (0 = alone, k = the k-th expert)."""
+        if not self.numbered:
+            return option
+        return "0" if option == ALONE else str(self.experts.index(option) + 1)
+
     @property
     def mode_names(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.modes)
@@ -290,9 +297,9 @@ class BudgetSystem:
                           for e in self.experts)  # fmt: skip
         if self.numbered:  # numbered tags to copy: digits come easily to a small model
             options = "; ".join(
-                [f"<call>0</call> you answer yourself"]
-                + [f"<call>{k}</call> {e}" + (f" (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else "")
-                   for k, e in enumerate(self.experts, start=1)]
+                [f"<call>{self.label(ALONE)}</call> you answer yourself"]
+                + [f"<call>{self.label(e)}</call> {e}" + (f" (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else "")
+                   for e in self.experts]
             )  # fmt: skip
             system = DECIDE_NUMBERED_PROMPT.format(options=options, mode=state.mode.instruction())
         elif self.decide_first:  # the options written as the tags to copy, as a small model needs them
