@@ -19,6 +19,7 @@ from masrl.systems.budget import (
     RewardSettings,
     budget_reward,
     call_cost,
+    option_order,
     draw_mode,
     parse_action,
     path_cost,
@@ -392,6 +393,42 @@ def test_numbered_decide_lists_numbers_and_reaches_the_numbered_expert():
     assert ep.calls[-1].reward == 1.0 and ep.calls[-1].rewards["expert_calls"] == 1.0
     with pytest.raises(ValueError, match="numbered options need decide_first"):
         system(numbered=True)
+
+
+@pytest.mark.parametrize(
+    "decide_first, numbered, expected",
+    [
+        (True, True, {"low": "yourself (0) when you can; call only the cheapest expert (1)",
+                      "medium": "mid-priced expert (2) when", "high": "strongest expert (2) whenever"}),
+        (True, False, {"low": "yourself (none) when you can; call only the cheapest expert (cheap)",
+                       "medium": "mid-priced expert (pricey) when", "high": "strongest expert (pricey) whenever"}),
+        (False, False, {"low": "yourself (<answer>)", "high": "strongest expert (pricey) whenever"}),
+    ],
+)  # fmt: skip
+def test_each_mode_names_its_options_as_the_controller_writes_them(decide_first, numbered, expected):
+    for mode, text in expected.items():
+        sys_ = system(fixed_mode=mode, decide_first=decide_first, numbered=numbered)
+        prompt = sys_.controller_messages(sys_.start(TaskItem("q", "What is 1 + 1?", "2")))[0].content
+        assert text in prompt
+    with pytest.raises(ValueError, match="at least one expert"):
+        system(experts=())
+
+
+def test_shuffled_options_keep_their_numbers_in_an_order_drawn_per_task():
+    orders = {tuple(option_order(0, f"t{i}", 3)) for i in range(40)}
+    assert all(sorted(o) == [0, 1, 2] for o in orders) and len(orders) == 6  # permutations, all of them drawn
+    assert option_order(0, "t1", 3) == option_order(0, "t1", 3)
+    firsts = set()
+    for i in range(12):
+        sys_ = system(fixed_mode="high", decide_first=True, numbered=True, shuffled=True)
+        prompt = sys_.controller_messages(sys_.start(TaskItem(f"t{i}", "What is 1 + 1?", "2")))[0].content
+        listed = prompt.split("one number: ")[1].split(". Experts")[0].split("; ")
+        assert sorted(listed) == sorted(["<call>0</call> you answer yourself", "<call>1</call> cheap ($0.03/1k out)",
+                                         "<call>2</call> pricey ($0.3/1k out)"])  # fmt: skip
+        firsts.add(listed[0][:14])
+    assert firsts == {"<call>0</call>", "<call>1</call>", "<call>2</call>"}
+    with pytest.raises(ValueError, match="shuffled options need numbered"):
+        system(decide_first=True, shuffled=True)
 
 
 def test_none_is_an_unknown_expert_in_the_free_protocol():

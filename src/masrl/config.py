@@ -181,6 +181,10 @@ class BudgetConfig(Section):
         "names", description="protocol decide: the options are the experts' names (<call>sim-nano</call>) or "
         "numbers (<call>0</call> answers alone, <call>1</call> the cheapest expert, ...)"
     )
+    shuffle_options: bool = Field(
+        False, description="labels numbers: list the options in an order drawn per task (the numbers stay the "
+        "experts'), so a small controller that copies the first-listed option explores every option"
+    )
     prefill: str = Field("", description="protocol free: text the controller's reply starts with (part of its prompt)")
     prices: dict[str, PriceConfig] = Field(
         default_factory=dict, description="price table overrides per agent (experts, or 'controller'); "
@@ -435,6 +439,8 @@ def _check_budget(b: BudgetConfig, no_pool_agents: bool) -> None:
         raise ValueError(f"budget.baselines has unknown entries {sorted(unknown)}; known: single, random")
     if b.labels == "numbers" and b.protocol != "decide":
         raise ValueError("budget.labels: numbers needs budget.protocol: decide (free replies name experts)")
+    if b.shuffle_options and b.labels != "numbers":
+        raise ValueError("budget.shuffle_options needs budget.labels: numbers (named options are listed cheapest first)")
     if b.protocol == "decide" and b.prefill:
         raise ValueError("budget.prefill is for protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")
     if b.experts == "pool" and no_pool_agents:

@@ -66,8 +66,8 @@ DECIDE_PROMPT = (
     "experts, cheapest first ({prices}). {mode}"
 )
 DECIDE_NUMBERED_PROMPT = (
-    "Decide who solves the math problem and reply with one number: {options}. Experts are paid, cheapest first. "
-    "{mode}"
+    "Decide who solves the math problem and reply with one number: {options}. Experts are paid; the higher "
+    "the number, the stronger and pricier the expert. {mode}"
 )
 ANSWER_NOW = "Now give the final answer as <answer>ANSWER</answer>."
 ALONE = "none"  # decide_first: the controller answers itself
@@ -77,12 +77,17 @@ SYSTEM_PROMPT = (
     "answer yourself as <answer>ANSWER</answer>, or ask one expert as <call>EXPERT: your question</call> "
     "and wait for the reply. Experts, cheapest first: {experts}. {mode}"
 )
+# Each mode's instruction names the options it prefers by what the controller writes for them
+# ({alone}, {cheapest}, {middle}, {strongest}: names, or numbers with budget.labels=numbers), like the paper's
+# per-mode prompts (appendix B.2), which tell the controller which experts suit the mode; a 135M
+# controller can copy an option it is shown but not map "the strongest expert" to it.
 MODE_TEXT = {
-    "low": "Budget mode: low (at most ${budget:g} per problem). Solve it yourself when you can; "
-    "call only a cheap expert.",
-    "medium": "Budget mode: medium (at most ${budget:g} per problem). Call an expert when it helps, "
-    "but avoid the most expensive one.",
-    "high": "Budget mode: high (at most ${budget:g} per problem). Ask the strongest expert whenever it helps.",
+    "low": "Budget mode: low (at most ${budget:g} per problem). Solve it yourself ({alone}) when you can; "
+    "call only the cheapest expert ({cheapest}).",
+    "medium": "Budget mode: medium (at most ${budget:g} per problem). Call a mid-priced expert ({middle}) when "
+    "it helps; the most expensive one is over budget.",
+    "high": "Budget mode: high (at most ${budget:g} per problem). Ask the strongest expert ({strongest}) "
+    "whenever it helps.",
 }
 GENERIC_MODE_TEXT = "Budget mode: {name} (at most ${budget:g} per problem)."
 EXPERT_PROMPT = (
@@ -101,8 +106,11 @@ class BudgetMode:
     name: str
     budget: float  # B: dollars per query
 
-    def instruction(self) -> str:
-        return MODE_TEXT.get(self.name, GENERIC_MODE_TEXT).format(name=self.name, budget=self.budget)
+    def instruction(self, alone: str, cheapest: str, middle: str, strongest: str) -> str:
+        """The mode's line of the system prompt; the arguments are the labels of the options it names."""
+        text = MODE_TEXT.get(self.name, GENERIC_MODE_TEXT)
+        labels = dict(alone=alone, cheapest=cheapest, middle=middle, strongest=strongest)
+        return text.format(name=self.name, budget=self.budget, **labels)
 
 
 def draw_mode(seed: int, task_id: str, modes: Sequence[BudgetMode], probs: Sequence[float]) -> BudgetMode:
@@ -118,6 +126,17 @@ def draw_mode(seed: int, task_id: str, modes: Sequence[BudgetMode], probs: Seque
         if u < acc:
             return mode
     return modes[-1]
+
+
+def option_order(seed: int, task_id: str, n: int) -> list[int]:
+    """The order the n options are listed in for one task: a permutation keyed by (seed, task id).
+
+    Why: a 135M controller mostly copies the first- or second-listed option, so with a fixed order it
+    never tries the last ones (the strong expert) and RL cannot learn when they pay. Drawing the
+    order per task spreads that bias over every option while each option keeps its number, which
+    is what the policy learns to write."""
+    keys = [hashlib.sha256(f"{seed}\x1forder\x1f{task_id}\x1f{i}".encode()).digest() for i in range(n)]
+    return sorted(range(n), key=lambda i: keys[i])
 
 
 def call_cost(prices: Mapping[str, Price], agent: str, tokens_in: int, tokens_out: int) -> float:
@@ -242,13 +261,18 @@ class BudgetSystem:
     fixed_mode: str | None = None  # evaluation: every task in this mode
     decide_first: bool = False  # the decision as a prefilled <call> choice (module docstring)
     numbered: bool = False  # decide_first: options are numbers, 0 = answer alone
+    shuffled: bool = False  # numbered: options listed in an order drawn per task (option_order)
     policy: str = CONTROLLER
 
     def __post_init__(self):
         if self.max_rounds < 1:
             raise ValueError("max_rounds must be >= 1")
+        if not self.experts:
+            raise ValueError("the budget system needs at least one expert")
         if self.numbered and not self.decide_first:
             raise ValueError("numbered options need decide_first")
+        if self.shuffled and not self.numbered:
+            raise ValueError("shuffled options need numbered options")
         if self.fixed_mode is not None and self.fixed_mode not in self.mode_names:
             raise ValueError(f"unknown budget mode {self.fixed_mode!r}; modes: {list(self.mode_names)}")
 
@@ -293,21 +317,26 @@ class BudgetSystem:
 
     def controller_messages(self, state: BudgetState) -> tuple[Message, ...]:
         """System (protocol, priced experts, mode), the problem, then each earlier round and its expert reply."""
+        alone = self.label(ALONE) if self.decide_first else "<answer>"
+        ex = self.experts
+        mode = state.mode.instruction(alone, self.label(ex[0]), self.label(ex[len(ex) // 2]), self.label(ex[-1]))
         shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e
                           for e in self.experts)  # fmt: skip
         if self.numbered:  # numbered tags to copy: digits come easily to a small model
-            options = "; ".join(
-                [f"<call>{self.label(ALONE)}</call> you answer yourself"]
-                + [f"<call>{self.label(e)}</call> {e}" + (f" (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else "")
-                   for e in self.experts]
-            )  # fmt: skip
-            system = DECIDE_NUMBERED_PROMPT.format(options=options, mode=state.mode.instruction())
+            listed = [f"<call>{self.label(ALONE)}</call> you answer yourself"] + [
+                f"<call>{self.label(e)}</call> {e}" + (f" (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else "")
+                for e in self.experts
+            ]  # fmt: skip
+            if self.shuffled:
+                listed = [listed[i] for i in option_order(self.seed, state.task.id, len(listed))]
+            options = "; ".join(listed)
+            system = DECIDE_NUMBERED_PROMPT.format(options=options, mode=mode)
         elif self.decide_first:  # the options written as the tags to copy, as a small model needs them
             options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *self.experts))
             prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in self.experts if e in self.prices)
-            system = DECIDE_PROMPT.format(options=options, prices=prices, mode=state.mode.instruction())
+            system = DECIDE_PROMPT.format(options=options, prices=prices, mode=mode)
         else:
-            system = SYSTEM_PROMPT.format(experts=shown, mode=state.mode.instruction())
+            system = SYSTEM_PROMPT.format(experts=shown, mode=mode)
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
         next_template = DECIDE_NUMBERED_NEXT if self.numbered else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
         for i, past in enumerate(state.history, start=2):
@@ -409,6 +438,6 @@ def build_budget(config, task: Task) -> Built:
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)
     system = BudgetSystem(
         task, tuple(pool), prices, modes, probs, rewards, b.max_rounds, b.prefill, config.run.seed,
-        decide_first=b.protocol == "decide", numbered=b.labels == "numbers",
+        decide_first=b.protocol == "decide", numbered=b.labels == "numbers", shuffled=b.shuffle_options,
     )  # fmt: skip
     return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</call>", "</answer>"))
