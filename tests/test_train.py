@@ -129,7 +129,7 @@ def test_episode_metrics_sum_each_reward_term_along_its_trajectory():
         call("2", 0.0, error="boom"),
     )
     m = masrl.train.episode_metrics([Episode(task(0), calls)])
-    assert m["trajectories"] == 4 and m["failed"] == 1
+    assert m["trajectories"] == 4 and m["failed"] == 1 and m["calls"] == 5  # the failed call got no reply
     assert m["reward"] == pytest.approx((1.25 + 0.75 + 0.0) / 3)
     assert m["reward/penalty"] == pytest.approx((0.5 + 0.5 + 0) / 3)
     assert m["reward/correct"] == pytest.approx(1 / 3)

@@ -163,6 +163,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     out = {
         "trajectories": float(len(leaves)),
         "failed": float(len(leaves) - len(ok)),
+        "calls": float(len(calls)),  # answered calls of the step, every agent's (what sampling cost)
         "cost": sum(ep.cost for ep in episodes),
         "response_tokens_mean": sum(c.reply.tokens_out for c in calls) / max(len(calls), 1),
         "reward": sum(sum(c.reward for c in ep.path(leaf)) for ep in episodes for leaf in ep.leaves() if not leaf.failed)
