@@ -15,7 +15,7 @@ from masrl.cli import main
 from masrl.config import ConfigError, load_config
 from masrl.engine import base_plan, build_engine
 from masrl.learners import CRITIC
-from masrl.models import build_tiny_model, load_model
+from masrl.models import _smollm2_cached, load_model
 from masrl.rollout.tree import rollout
 from masrl.train import _checkpoint, _restore, score
 from masrl.types import Sample
@@ -187,7 +187,7 @@ def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_p
 
 
 # ------------------------------------------------------------------ the shipped config
-def test_shipped_separate_bases_config_runs_two_steps_and_evaluates(tmp_path, capsys):
+def test_shipped_separate_bases_config_runs_two_steps_evaluates_and_serves(tmp_path, capsys, monkeypatch):
     config = load_config("turns-math-separate")
     assert config.turns.policies == "per_role"
     assert config.model.bases == {"tool": "smollm2", "reasoner": "smollm2#reasoner"}  # two copies of SmolLM2
@@ -201,3 +201,19 @@ def test_shipped_separate_bases_config_runs_two_steps_and_evaluates(tmp_path, ca
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0  # restores each policy into its own base
     assert json.loads((run / "eval.json").read_text())["items"] == 2
+
+    # `masrl serve RUN_DIR` serves the first policy, or the one named, each from its own base.
+    served = []
+    monkeypatch.setattr("masrl.serve.serve", lambda agent, model_name, host, port: served.append((agent, model_name)))
+    assert main(["serve", str(run)]) == 0 and main(["serve", str(run), "--policy", "reasoner"]) == 0
+    (tool, first), (reasoner, second) = served
+    assert (first, second) == ("tool", "reasoner") and tool.model is not reasoner.model
+    assert (tool.model.policies, reasoner.model.policies) == (("tool",), ("reasoner",))
+
+
+@pytest.mark.skipif(not (_smollm2_cached() / "config.json").exists(), reason="needs the converted SmolLM2 copy")
+def test_gae_needs_every_base_on_the_value_models_vocabulary():
+    # The value model (on model.name = tiny, a 259-token byte vocabulary) cannot read SmolLM2's token ids.
+    config = load_config(PER_ROLE, [*FAST, "algo.advantage=gae", "algo.grouping=task", "model.bases={tool: smollm2}"])
+    with pytest.raises(ConfigError, match=r"the bases of \['tool'\] \(model.bases\) have another vocabulary"):
+        build_engine(config)
