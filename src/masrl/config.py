@@ -232,8 +232,8 @@ class TurnsConfig(Section):
         "tool, reasoner / coder, tester); one role = the single-agent baseline"
     )
     policies: Literal["shared", "per_role"] = Field(
-        "shared", description="shared: one LoRA adapter plays every role; per_role: one adapter per role, one base model "
-        "(separate base models: model.bases)"
+        "shared", description="shared: one LoRA adapter plays every role; per_role: one adapter per role, one base "
+        "model (separate base models: model.bases)"
     )
     max_turns: int = Field(2, ge=1, description="T: turns per episode (paper: 4); every agent acts once per turn")
     mix: Literal["lambda", "alpha"] = Field(
