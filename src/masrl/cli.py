@@ -139,9 +139,9 @@ def _serve(args) -> int:
     from masrl.train import load_trained
 
     engine = load_trained(Path(args.run_dir))
-    if engine.model is None:
+    if not engine.models:
         raise ConfigError(f"{args.run_dir} trained no language-model policy to serve (e.g. a scoring head)")
-    policy = args.policy or engine.model.policies[0]
+    policy = args.policy or next(iter(engine.models))  # the first policy
     if policy not in engine.eval_agents:
         raise ConfigError(f"no policy {policy!r}; this run has {', '.join(engine.eval_agents)}")
     serve(engine.eval_agents[policy], model_name=policy, host=args.host, port=args.port)

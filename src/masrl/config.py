@@ -39,6 +39,11 @@ class ModelConfig(Section):
     lora_rank: int = Field(16, ge=0, description="LoRA rank; 0 means full fine-tuning")
     lora_alpha: int = Field(32, gt=0)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    bases: dict[str, str] = Field(
+        default_factory=dict, description="policy -> base model name (as model.name; 'NAME#TAG' is another copy of "
+        "NAME); unlisted policies and the gae value model use model.name. Policies on one name share one base "
+        "(one adapter each); each distinct name is its own base model, tokenizer and generation service"
+    )
 
 
 class TaskConfig(Section):
@@ -227,7 +232,8 @@ class TurnsConfig(Section):
         "tool, reasoner / coder, tester); one role = the single-agent baseline"
     )
     policies: Literal["shared", "per_role"] = Field(
-        "shared", description="shared: one LoRA adapter plays every role; per_role: one adapter per role, one base model"
+        "shared", description="shared: one LoRA adapter plays every role; per_role: one adapter per role, one base "
+        "model (separate base models: model.bases)"
     )
     max_turns: int = Field(2, ge=1, description="T: turns per episode (paper: 4); every agent acts once per turn")
     mix: Literal["lambda", "alpha"] = Field(
@@ -513,9 +519,11 @@ def _check_files(config: Config) -> list[str]:
         problems.append(f"puppeteer.folder: {config.puppeteer.folder} is not a directory")
     if config.task.kind in ("jsonl", "champ") and config.task.path and not Path(config.task.path).expanduser().exists():
         problems.append(f"task.path: file {config.task.path} does not exist")
-    model_problem = check_model_name(config.model.name)
-    if model_problem:
-        problems.append(f"model.name: {model_problem}")
+    named = {"model.name": config.model.name, **{f"model.bases.{p}": n for p, n in config.model.bases.items()}}
+    for key, name in named.items():
+        model_problem = check_model_name(name)
+        if model_problem:
+            problems.append(f"{key}: {model_problem}")
     return problems
 
 

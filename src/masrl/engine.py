@@ -4,14 +4,21 @@
 objects; the training loop and evaluation receive the assembled `Engine`.
 The system kind's builder (`masrl.systems.SYSTEMS`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
-adapter on the one base model and a `PolicyLearner`; a policy that is not a
+adapter on a base model and a `PolicyLearner`; a policy that is not a
 language model (a scoring head, `Built.heads`) brings its own agents and learner. With `algo.advantage:
 gae` one more adapter, `critic`, carries the `ValueLearner`'s value head.
+
+Base models: every policy sits on `model.name` unless `model.bases` maps it
+to another model name (issue 4, "policies per role": shared, per-role
+adapters, or separate base models). Policies on one name share one
+`PolicyModel` (one copy of the weights, one adapter each); each distinct
+name is loaded once more, with its own tokenizer and `GenerationService`.
+A policy's KL reference is its own base with the adapters disabled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +42,7 @@ from masrl.update import UpdateSettings
 @dataclass
 class Engine:
     config: Config
-    model: PolicyModel | None  # None when every trainable policy is a head (Built.heads)
-    service: GenerationService | None
+    models: Mapping[str, PolicyModel]  # policy (and CRITIC) -> the base carrying its adapter; one object per base
     task: Task
     system: System
     rule: BranchRule | Planner  # the sampler
@@ -45,6 +51,19 @@ class Engine:
     learners: dict[str, Learner]  # policy name -> what updates it
     frozen: Mapping[str, Agent]  # agents that are not trained (a router's pool, weak to strong; experts; tools)
     critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
+
+    @property
+    def bases(self) -> list[PolicyModel]:
+        """The distinct base models, in the order of their first policy."""
+        return list({id(m): m for m in self.models.values()}.values())
+
+    @property
+    def model(self) -> PolicyModel | None:
+        """The one base model; None when every trainable policy is a head (Built.heads)."""
+        bases = self.bases
+        if len(bases) > 1:
+            raise RuntimeError(f"this engine has {len(bases)} base models (model.bases): use engine.models[policy]")
+        return bases[0] if bases else None
 
     @property
     def pool(self) -> Mapping[str, Agent]:
@@ -82,6 +101,35 @@ def build_task_from(config: Config) -> Task:
     return build_task("math", dataset=t.dataset, seed=t.seed, difficulty=t.difficulty, config=dict(t.config))
 
 
+def base_plan(
+    policies: Sequence[str], bases: Mapping[str, str], default: str, extra: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    """Base model name -> the adapters it carries, bases and adapters in first-mention order.
+
+    A policy goes on `bases[policy]`, else on `default` (model.name); the `extra`
+    adapters (the gae value model) always go on `default`.
+    """
+    unknown = sorted(set(bases) - set(policies))
+    if unknown:
+        raise ConfigError(f"model.bases names {unknown}, which are not policies of this system; its policies are "
+                          f"{list(policies)}" + (f" ({CRITIC!r}, the value model, stays on model.name)"
+                                                 if CRITIC in unknown else ""))  # fmt: skip
+    plan: dict[str, list[str]] = {}
+    for adapter in [*policies, *extra]:
+        name = bases.get(adapter, default) if adapter in policies else default
+        plan.setdefault(name, []).append(adapter)
+    return plan
+
+
+def check_one_tokenizer(models: Mapping[str, PolicyModel], reader: str) -> None:
+    """The value model (`reader`) scores every policy's token ids, so their bases must share its vocabulary."""
+    vocab = models[reader].tokenizer.get_vocab()
+    other = [p for p, base in models.items() if base is not models[reader] and base.tokenizer.get_vocab() != vocab]
+    if other:
+        raise ConfigError(f"algo.advantage 'gae' scores every policy's tokens with model.name's tokenizer; "
+                          f"the bases of {other} (model.bases) have another vocabulary")  # fmt: skip
+
+
 def update_settings(config: Config) -> UpdateSettings:
     a, t = config.algo, config.trainer
     return UpdateSettings(
@@ -110,30 +158,35 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         raise ConfigError(f"policy name {CRITIC!r} is taken by the value model of algo.advantage=gae")
     m = config.model
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
-    adapters = [*policies, CRITIC] if gae else policies
-    policy_model, service = None, None
-    if adapters:  # a system trained only through heads (built.heads) needs no base model
-        loaded = model or load_model(config.model.name, seed=config.run.seed)
-        policy_model = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0)
-        service = GenerationService(policy_model.generate, max_batch=config.rollout.max_batch)
+    plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if gae else [])
+    models: dict[str, PolicyModel] = {}  # adapter -> its base
+    services: dict[str, GenerationService] = {}
+    for name, adapters in plan.items():  # a system trained only through heads (built.heads) loads no base
+        loaded = model if model is not None and name == m.name else load_model(name, seed=config.run.seed)
+        base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0)
+        service = GenerationService(base.generate, max_batch=config.rollout.max_batch)
+        models.update(dict.fromkeys(adapters, base))
+        services.update(dict.fromkeys(adapters, service))
+    if gae:
+        check_one_tokenizer(models, CRITIC)
     r = config.rollout
     train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
     eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, built.stop)
 
     def trainable(params: SamplingParams) -> dict[str, Agent]:
-        return {name: PolicyAgent(name, p, service, policy_model, params) for name, p in built.policies.items()}
+        return {name: PolicyAgent(name, p, services[p], models[p], params) for name, p in built.policies.items()}
 
     settings = update_settings(config)
     t = config.trainer
     learners: dict[str, Learner] = {
-        p: PolicyLearner(policy_model, p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in policies
+        p: PolicyLearner(models[p], p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in policies
     }
     learners.update({name: head.learner for name, head in built.heads.items()})
     critic = None
     if gae:
         c = config.critic
         critic = ValueLearner(
-            policy_model, CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
+            models[CRITIC], CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
             max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
         )  # fmt: skip
         learners[CRITIC] = critic
@@ -144,7 +197,7 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     }
     rule = BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
     return Engine(
-        config, policy_model, service, task, built.system, rule,
+        config, models, task, built.system, rule,
         agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
         eval_agents={**built.frozen, **trainable(eval_params), **{n: h.eval_agent for n, h in built.heads.items()}},
         learners=learners,

