@@ -49,6 +49,9 @@ def main() -> None:
     parser.add_argument("single", type=Path, help="single agent + GRPO run (eval.before: true)")
     parser.add_argument("shared", type=Path, help="multi-agent + AT-GRPO, shared policy (eval.before: true)")
     parser.add_argument("per_role", type=Path, help="multi-agent + AT-GRPO, per-role policies")
+    parser.add_argument("--also", type=Path, nargs="*", default=[],
+                        help="more runs (e.g. the single agent stopped at the multi-agent runs' step count), "
+                        "one row each, named by their directory")  # fmt: skip
     args = parser.parse_args()
     runs = {k: read_rows(getattr(args, k)) for k in ("single", "shared", "per_role")}
     (sa_before, sa_after), (ma_before, ma_after), (_, pr_after) = (evals(runs[k]) for k in runs)
@@ -61,6 +64,9 @@ def main() -> None:
     print(row("multi-agent, prompt-only", ma_before, 0, 0.0))
     print(row("multi-agent + AT-GRPO, shared policy", ma_after, *training(runs["shared"])))
     print(row("multi-agent + AT-GRPO, per-role policies", pr_after, *training(runs["per_role"])))
+    for run in args.also:
+        rows = read_rows(run)
+        print(row(run.name, evals(rows)[1], *training(rows)))
 
 
 if __name__ == "__main__":
