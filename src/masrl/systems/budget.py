@@ -320,23 +320,19 @@ class BudgetSystem:
         alone = self.label(ALONE) if self.decide_first else "<answer>"
         ex = self.experts
         mode = state.mode.instruction(alone, self.label(ex[0]), self.label(ex[len(ex) // 2]), self.label(ex[-1]))
-        shown = ", ".join(f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e
-                          for e in self.experts)  # fmt: skip
+        priced = {e: f"{e} (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else e for e in ex}
         if self.numbered:  # numbered tags to copy: digits come easily to a small model
-            listed = [f"<call>{self.label(ALONE)}</call> you answer yourself"] + [
-                f"<call>{self.label(e)}</call> {e}" + (f" (${self.prices[e].output_per_1k:g}/1k out)" if e in self.prices else "")
-                for e in self.experts
-            ]  # fmt: skip
+            listed = [f"<call>{self.label(ALONE)}</call> you answer yourself"]
+            listed += [f"<call>{self.label(e)}</call> {priced[e]}" for e in ex]
             if self.shuffled:
                 listed = [listed[i] for i in option_order(self.seed, state.task.id, len(listed))]
-            options = "; ".join(listed)
-            system = DECIDE_NUMBERED_PROMPT.format(options=options, mode=mode)
+            system = DECIDE_NUMBERED_PROMPT.format(options="; ".join(listed), mode=mode)
         elif self.decide_first:  # the options written as the tags to copy, as a small model needs them
-            options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *self.experts))
-            prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in self.experts if e in self.prices)
+            options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *ex))
+            prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in ex if e in self.prices)
             system = DECIDE_PROMPT.format(options=options, prices=prices, mode=mode)
         else:
-            system = SYSTEM_PROMPT.format(experts=shown, mode=mode)
+            system = SYSTEM_PROMPT.format(experts=", ".join(priced.values()), mode=mode)
         messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
         next_template = DECIDE_NUMBERED_NEXT if self.numbered else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
         for i, past in enumerate(state.history, start=2):
