@@ -187,8 +187,10 @@ def test_reward_of_the_same_episode_under_each_mode(mode, reward):
 
 def test_expert_replies_are_appended_and_the_mode_is_in_the_prompt():
     ep, ctrl, cheap, pricey = hand_episode("low")
-    system_text = ctrl.seen[0][0].content
-    assert "Budget mode: low" in system_text and "$0.001" in system_text and "cheap" in system_text
+    system_text, user_text = ctrl.seen[0][0].content, ctrl.seen[0][1].content
+    assert "cheap" in system_text and "Budget mode" not in system_text
+    # the mode ends the user turn, after the problem: next to the controller's decision
+    assert user_text.startswith("Problem: What is 3 + 3?\n\nBudget mode: low (at most $0.001 per problem).")
     # the expert sees the problem and the sub-query; with no sub-query, the problem alone
     assert "What is 3 + 3?" in cheap.seen[0][1].content and "add them" in cheap.seen[0][1].content
     assert pricey.seen[0][1].content == "What is 3 + 3?"
@@ -333,8 +335,8 @@ def test_decide_first_answers_alone_in_two_prefilled_calls():
     ctrl = Scripted("controller", ["none</call>", "2</answer>"], 10, 5)
     ep = run(system(fixed_mode="low", decide_first=True), {"controller": ctrl}, item)
     assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("answer", 1)]
-    assert ctrl.seen[0][-1] == Message("assistant", "<call>") and "<call>none</call>, <call>cheap</call>" in ctrl.seen[0][0].content
-    assert [m.content for m in ctrl.seen[1][-3:]] == ["<call>none</call>", "Now give the final answer as <answer>ANSWER</answer>.", "<answer>"]
+    assert ctrl.seen[0][-1] == Message("assistant", "low budget: <call>") and "<call>none</call>, <call>cheap</call>" in ctrl.seen[0][0].content
+    assert [m.content for m in ctrl.seen[1][-3:]] == ["low budget: <call>none</call>", "Now give the final answer as <answer>ANSWER</answer>.", "<answer>"]
     final = ep.calls[-1]
     assert final.rewards["answered_alone"] == 1.0 and final.reward == 1.0 and ep.calls[0].reward == 0.0
 
@@ -345,7 +347,7 @@ def test_decide_first_chooses_again_after_a_reply():
     cheap = Scripted("cheap", ["It is <answer>2</answer>."], 100, 50)
     ep = run(system(fixed_mode="high", decide_first=True, max_rounds=3), {"controller": ctrl, "cheap": cheap}, item)
     assert [(c.role, c.turn) for c in ep.calls] == [("controller", 1), ("expert", 1), ("controller", 2), ("answer", 2)]
-    assert "Choose again: <call>none</call>" in ctrl.seen[1][-2].content and ctrl.seen[1][-1].content == "<call>"
+    assert "Choose again: <call>none</call>" in ctrl.seen[1][-2].content and ctrl.seen[1][-1].content == "high budget: <call>"
     assert ep.calls[-1].reward == 1.0 and ep.calls[-1].rewards["answered_alone"] == 0.0
 
 
@@ -408,7 +410,7 @@ def test_numbered_decide_lists_numbers_and_reaches_the_numbered_expert():
 def test_each_mode_names_its_options_as_the_controller_writes_them(decide_first, numbered, expected):
     for mode, text in expected.items():
         sys_ = system(fixed_mode=mode, decide_first=decide_first, numbered=numbered)
-        prompt = sys_.controller_messages(sys_.start(TaskItem("q", "What is 1 + 1?", "2")))[0].content
+        prompt = sys_.controller_messages(sys_.start(TaskItem("q", "What is 1 + 1?", "2")))[1].content
         assert text in prompt
     with pytest.raises(ValueError, match="at least one expert"):
         system(experts=())

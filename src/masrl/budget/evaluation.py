@@ -152,12 +152,13 @@ class ScriptedController:
         copied = re.findall(r"<answer>(.*?)</answer>", replied[-1].rsplit("\n\n", 1)[0], re.DOTALL) if replied else []
         answer = copied[-1].strip() if copied else "unknown"
         prefill = messages[-1].content if messages[-1].role == "assistant" else ""
-        if prefill == "<call>":
-            text = f"{self.label(ALONE)}</call>" if replied else f"{self.label(self.choose(messages[1].content))}</call>"
+        problem = messages[1].content.split("\n\n")[0]  # the user turn: the problem, then the budget mode
+        if prefill.endswith("<call>"):
+            text = f"{self.label(ALONE)}</call>" if replied else f"{self.label(self.choose(problem))}</call>"
         elif prefill == "<answer>":
             text = f"{answer}</answer>"
         else:
-            text = f"<answer>{answer}</answer>" if replied else f"<call>{self.choose(messages[1].content)}</call>"
+            text = f"<answer>{answer}</answer>" if replied else f"<call>{self.choose(problem)}</call>"
         return Reply(text, 0, 0, 0.0)
 
 

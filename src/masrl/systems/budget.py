@@ -1,7 +1,7 @@
 """The budget-controllable controller, CoRL (paper: corl-budget-controller.txt, sections 3-5, appendix A).
 
 A trainable controller reads a math problem and the budget mode of the
-request (low / medium / high, written into its system prompt, sec. 3.3 eq. 8)
+request (low / medium / high, written into its prompt after the problem, sec. 3.3 eq. 8)
 and, each round, either answers itself or sends a sub-query to one named
 expert from a priced pool (sec. 3.1, eqs. 1-3). The expert's reply is appended
 to the conversation and the controller goes on, for at most R rounds; the last
@@ -17,8 +17,8 @@ an exception.
 
 `decide_first` is the same protocol with the decision made a tag choice, for
 controllers too small to write the tags unprompted (SmolLM2-135M writes them
-in under 1 sample in 10): each round's reply is prefilled with `<call>` and
-names an expert or `none`; after `none` (and in the last round) a second
+in under 1 sample in 10): each round's reply is prefilled with the mode and
+`<call>` ("high budget: <call>") and names an expert or `none`; after `none` (and in the last round) a second
 controller call, role "answer", is prefilled with `<answer>`. With `numbered`
 the options are numbers (`<call>0</call>` answers alone, `<call>k</call>` asks
 the k-th cheapest expert): a 135M controller writes digits readily but almost
@@ -63,11 +63,11 @@ PAPER_BUDGETS = {"low": 0.001, "medium": 0.006, "high": 1000.0}  # dollars per q
 
 DECIDE_PROMPT = (
     "Decide who solves the math problem: {options}. none means you solve it yourself; the others are paid "
-    "experts, cheapest first ({prices}). {mode}"
+    "experts, cheapest first ({prices})."
 )
 DECIDE_NUMBERED_PROMPT = (
     "Decide who solves the math problem and reply with one number: {options}. Experts are paid; the higher "
-    "the number, the stronger and pricier the expert. {mode}"
+    "the number, the stronger and pricier the expert."
 )
 ANSWER_NOW = "Now give the final answer as <answer>ANSWER</answer>."
 ALONE = "none"  # decide_first: the controller answers itself
@@ -75,7 +75,7 @@ ANSWER = "answer"  # decide_first: the role of the answering call
 SYSTEM_PROMPT = (
     "You coordinate paid experts to solve a math problem. Think briefly, then do one of two things: "
     "answer yourself as <answer>ANSWER</answer>, or ask one expert as <call>EXPERT: your question</call> "
-    "and wait for the reply. Experts, cheapest first: {experts}. {mode}"
+    "and wait for the reply. Experts, cheapest first: {experts}."
 )
 # Each mode's instruction names the options it prefers by what the controller writes for them
 # ({alone}, {cheapest}, {middle}, {strongest}: names, or numbers with budget.labels=numbers), like the paper's
@@ -90,6 +90,12 @@ MODE_TEXT = {
     "whenever it helps.",
 }
 GENERIC_MODE_TEXT = "Budget mode: {name} (at most ${budget:g} per problem)."
+# The problem, then the mode's line: the user turn ends with the mode, next to the decision. In a probe of
+# the untrained SmolLM2-135M (docs/budget.md), its first decision depended on the mode only with the line
+# here, not at the end of the system prompt, where the listed options lay between it and the decision.
+PROBLEM = "Problem: {question}\n\n{mode}"
+# decide_first: each decision is prefilled with the mode, the controller restating it before choosing.
+DECIDE_PREFILL = "{mode} budget: <call>"
 EXPERT_PROMPT = (
     "You are an expert problem solver. Show brief steps and end with the final answer as <answer>ANSWER</answer>."
 )
@@ -107,7 +113,7 @@ class BudgetMode:
     budget: float  # B: dollars per query
 
     def instruction(self, alone: str, cheapest: str, middle: str, strongest: str) -> str:
-        """The mode's line of the system prompt; the arguments are the labels of the options it names."""
+        """The mode's line of the prompt; the arguments are the labels of the options it names."""
         text = MODE_TEXT.get(self.name, GENERIC_MODE_TEXT)
         labels = dict(alone=alone, cheapest=cheapest, middle=middle, strongest=strongest)
         return text.format(name=self.name, budget=self.budget, **labels)
@@ -313,10 +319,10 @@ class BudgetSystem:
     def _prefill(self, state: BudgetState) -> str:
         if not self.decide_first:
             return self.prefill
-        return "<answer>" if self._answering(state) else "<call>"
+        return "<answer>" if self._answering(state) else DECIDE_PREFILL.format(mode=state.mode.name)
 
     def controller_messages(self, state: BudgetState) -> tuple[Message, ...]:
-        """System (protocol, priced experts, mode), the problem, then each earlier round and its expert reply."""
+        """System (protocol, priced experts), the problem and the mode, then each earlier round and its expert reply."""
         alone = self.label(ALONE) if self.decide_first else "<answer>"
         ex = self.experts
         mode = state.mode.instruction(alone, self.label(ex[0]), self.label(ex[len(ex) // 2]), self.label(ex[-1]))
@@ -326,14 +332,15 @@ class BudgetSystem:
             listed += [f"<call>{self.label(e)}</call> {priced[e]}" for e in ex]
             if self.shuffled:
                 listed = [listed[i] for i in option_order(self.seed, state.task.id, len(listed))]
-            system = DECIDE_NUMBERED_PROMPT.format(options="; ".join(listed), mode=mode)
+            system = DECIDE_NUMBERED_PROMPT.format(options="; ".join(listed))
         elif self.decide_first:  # the options written as the tags to copy, as a small model needs them
             options = ", ".join(f"<call>{name}</call>" for name in (ALONE, *ex))
             prices = ", ".join(f"${self.prices[e].output_per_1k:g}/1k out" for e in ex if e in self.prices)
-            system = DECIDE_PROMPT.format(options=options, prices=prices, mode=mode)
+            system = DECIDE_PROMPT.format(options=options, prices=prices)
         else:
-            system = SYSTEM_PROMPT.format(experts=", ".join(priced.values()), mode=mode)
-        messages = [Message("system", system), Message("user", f"Problem: {state.task.question.strip()}")]
+            system = SYSTEM_PROMPT.format(experts=", ".join(priced.values()))
+        user = PROBLEM.format(question=state.task.question.strip(), mode=mode)
+        messages = [Message("system", system), Message("user", user)]
         next_template = DECIDE_NUMBERED_NEXT if self.numbered else DECIDE_REPLY_NEXT if self.decide_first else REPLY_NEXT
         for i, past in enumerate(state.history, start=2):
             template = REPLY_LAST if i >= self.max_rounds else next_template
