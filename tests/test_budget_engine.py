@@ -24,7 +24,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SMALL = tiny_run()
 # The untrained tiny model writes no tags; in the free protocol a prefilled call makes every round but
 # the last ask an expert (two calls, then a format failure).
-CALLING = ("budget.protocol=free", "budget.prefill=<call>sim-nano: check this</call>", "budget.max_rounds=3")
+FREE = ("budget.protocol=free", "budget.labels=names", "budget.shuffle_options=false")  # the shipped configs: decide
+CALLING = (*FREE, "budget.prefill=<call>sim-nano: check this</call>", "budget.max_rounds=3")
 
 
 def calling_engine(tmp_path, *extra):
@@ -233,7 +234,7 @@ def test_experts_from_the_pool_section_any_backend_priced_by_the_table(tmp_path)
             " {name: sim, backend: simulated, ability: 2.0, price_in: 0.002, price_out: 0.008}]")  # fmt: skip
     config = load_config("budget-grpo", [
         *SMALL, f"run.dir={tmp_path / 'run'}", "budget.experts=pool", "pool.kind=agents", pool,
-        "budget.protocol=free", "budget.prefill=<call>local</call>", "budget.max_rounds=2",
+        *FREE, "budget.prefill=<call>local</call>", "budget.max_rounds=2",
         "budget.prices={local: {input_per_1k: 1.0, output_per_1k: 0.0}}",
     ])  # fmt: skip
     engine = build_engine(config)
