@@ -7,7 +7,7 @@ probabilities renormalised over the options, how often each option is the most l
 evaluation picks), and the probability mass on the option numbers at all (the rest are format
 failures in waiting).
 
-    python scripts/budget_probe.py budget-grpo budget.labels=numbers budget.shuffle_options=true
+    python scripts/budget_probe.py budget-grpo                                # the untrained controller
     python scripts/budget_probe.py runs/budget-grpo --items 60 --split eval   # a trained run's adapter
 """
 
@@ -22,19 +22,21 @@ import torch
 from masrl.systems.budget import ALONE, CONTROLLER
 
 
-def option_probabilities(engine, system, task) -> torch.Tensor:
-    """P(next token = the label of each option) at the controller's first decision, in option order
-    (alone, then the experts cheapest first)."""
-    model = engine.models[CONTROLLER]
-    tok = model.tokenizer
+def option_token_ids(system, tokenizer) -> list[int]:
+    """The token of each option's label, in option order (alone, then the experts cheapest first)."""
     labels = [system.label(o) for o in (ALONE, *system.experts)]
-    ids = [tok.encode(label, add_special_tokens=False) for label in labels]
+    ids = [tokenizer.encode(label, add_special_tokens=False) for label in labels]
     if any(len(i) != 1 for i in ids):
         raise SystemExit(f"budget_probe: every option label must be one token; got {dict(zip(labels, ids))}")
+    return [i[0] for i in ids]
+
+
+def option_probabilities(model, system, task, option_ids: list[int]) -> torch.Tensor:
+    """P(next token = each option's label) at the controller's first decision on `task`."""
     prompt = torch.tensor([model.encode_chat(system.controller_messages(system.start(task)))])
     with torch.no_grad(), model.use(CONTROLLER) as net:
         logits = net(input_ids=prompt).logits[0, -1].float()
-    return torch.softmax(logits, -1)[[i[0] for i in ids]]
+    return torch.softmax(logits, -1)[option_ids]
 
 
 def main(argv: list[str]) -> int:
@@ -62,11 +64,13 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(engine.config.trainer.threads or torch.get_num_threads())
     offset = 1000 if args.split == "train" else 0  # train items past the first thousand: not the ones trained on first
     tasks = engine.task.items(args.split, offset, args.items)
+    model = engine.models[CONTROLLER]
+    option_ids = option_token_ids(system, model.tokenizer)
     names = [system.label(o) + (f" {o}" if o != ALONE else " alone") for o in (ALONE, *system.experts)]
     print(f"{len(tasks)} {args.split} items; options: {', '.join(names)}")
     for mode in system.mode_names:
         fixed = system.with_mode(mode)
-        probs = torch.stack([option_probabilities(engine, fixed, t) for t in tasks])
+        probs = torch.stack([option_probabilities(model, fixed, t, option_ids) for t in tasks])
         mass = probs.sum(-1)
         mean = (probs / mass[:, None]).mean(0)
         greedy = torch.bincount(probs.argmax(-1), minlength=len(names))

@@ -180,7 +180,7 @@ class BudgetConfig(Section):
     max_rounds: int = Field(3, ge=1, description="R: controller rounds per episode; the last must answer")
     protocol: Literal["free", "decide"] = Field(
         "free", description="free: reason, then <answer> or <call> (the paper); decide: each round's reply is "
-        "prefilled <call> and names an expert or 'none', then a prefilled <answer> call (small controllers)"
+        "prefilled '<mode> budget: <call>' and names an expert or 'none', then a prefilled <answer> call (small controllers)"
     )
     labels: Literal["names", "numbers"] = Field(
         "names", description="protocol decide: the options are the experts' names (<call>sim-nano</call>) or "

@@ -152,7 +152,7 @@ class ScriptedController:
         copied = re.findall(r"<answer>(.*?)</answer>", replied[-1].rsplit("\n\n", 1)[0], re.DOTALL) if replied else []
         answer = copied[-1].strip() if copied else "unknown"
         prefill = messages[-1].content if messages[-1].role == "assistant" else ""
-        problem = messages[1].content.split("\n\n")[0]  # the user turn: the problem, then the budget mode
+        problem = messages[1].content.rsplit("\n\n", 1)[0]  # the user turn: the problem, then the mode's line
         if prefill.endswith("<call>"):
             text = f"{self.label(ALONE)}</call>" if replied else f"{self.label(self.choose(problem))}</call>"
         elif prefill == "<answer>":

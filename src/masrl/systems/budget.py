@@ -18,8 +18,9 @@ an exception.
 `decide_first` is the same protocol with the decision made a tag choice, for
 controllers too small to write the tags unprompted (SmolLM2-135M writes them
 in under 1 sample in 10): each round's reply is prefilled with the mode and
-`<call>` ("high budget: <call>") and names an expert or `none`; after `none` (and in the last round) a second
-controller call, role "answer", is prefilled with `<answer>`. With `numbered`
+`<call>` ("high budget: <call>") and names an expert or `none`; after `none`
+(and in the last round) a second controller call, role "answer", is prefilled
+with `<answer>`. With `numbered`
 the options are numbers (`<call>0</call>` answers alone, `<call>k</call>` asks
 the k-th cheapest expert): a 135M controller writes digits readily but almost
 never an expert's full name, so with names it explores only the first-listed
