@@ -1,0 +1,96 @@
+"""Seeded two-step runs of every shipped config on the tiny model, and the metrics they log.
+
+`tests/data/seeded_metrics.json` holds the numbers these runs logged before the systems moved into
+packages (issue 17: "no behaviour changes"); `test_seeded_metrics.py` runs them again and compares.
+Record again (only when a change is meant to move the numbers, and say so in the commit) with
+
+    .venv/bin/python tests/seeded.py --record tests/data/seeded_metrics.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from smoke import tiny_run
+
+DATA = Path(__file__).parent / "data" / "seeded_metrics.json"
+SMALL = (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", "trainer.log_episodes=0")
+FAST = (*tiny_run(batch_size=1, eval_size=2), "sampler.group_size=2", "run.seed=7", "trainer.log_episodes=0")
+SYNTHETIC = (
+    "search.synthetic={people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12,"
+    " books: 12, songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}"
+)
+TINY_POOL = (
+    "pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
+    " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"
+)
+ROUTER = ("router.baselines=[single,random]", "router.label_items=12")
+
+# config -> its overrides beyond SMALL / FAST (written in the config layout of the systems' packages)
+CASES: dict[str, tuple[str, ...]] = {
+    "default": (*SMALL, *ROUTER),
+    "router-single-turn": (*SMALL, *ROUTER),
+    "router-dual-ascent": (*SMALL, *ROUTER),
+    "router-solver": SMALL,
+    "router-champ": (*SMALL, "router.baselines=[single]", "task.path={champ}"),
+    "single-arithmetic": SMALL,
+    "budget-grpo": SMALL,
+    "budget-ppo": SMALL,
+    "puppeteer-llm": (*SMALL, "puppeteer.depth=2"),
+    "puppeteer-head": (*SMALL, "puppeteer.encoder=base"),
+    "puppeteer-tools": (*SMALL, TINY_POOL, "puppeteer.encoder=base"),
+    "puppeteer-smollm2": (*SMALL, TINY_POOL, "puppeteer.encoder=base"),
+    "search-fof": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
+    "search-is": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
+    "search-rr": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
+    "search-mappo": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
+    **{
+        name: FAST
+        for name in (
+            "turns-planpath", "turns-planpath-per-role", "turns-planpath-single", "turns-sudoku",
+            "turns-sokoban", "turns-math", "turns-math-per-role", "turns-math-single", "turns-code",
+        )
+    },  # fmt: skip
+    "turns-math-separate": (*FAST, "model.bases={tool: tiny, reasoner: tiny#2}"),
+}
+
+
+def volatile(key: str) -> bool:
+    """Timings and memory: not a function of the seed."""
+    return "seconds" in key or key.endswith("per_s") or "rss" in key
+
+
+def run_case(name: str, tmp: Path) -> list[dict]:
+    """Train `name` for two seeded steps under `tmp`; the metrics.jsonl lines without timings."""
+    from masrl.cli import main
+
+    if name == "router-champ":
+        from masrl.pools.champ import build_champ_pool
+
+        build_champ_pool(tmp / "champ.jsonl")
+    run = tmp / "run"
+    overrides = [o.replace("{tmp}", str(tmp)).replace("{champ}", str(tmp / "champ.jsonl")) for o in CASES[name]]
+    code = main(["train", name, *overrides, f"run.dir={run}"])
+    if code != 0:
+        raise RuntimeError(f"masrl train {name} exited with {code}")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not volatile(k)} for row in rows]
+
+
+if __name__ == "__main__":  # --record PATH [CONFIG ...]
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(1)
+    out = Path(sys.argv[sys.argv.index("--record") + 1])
+    names = [a for a in sys.argv[1:] if a in CASES] or list(CASES)
+    recorded = json.loads(out.read_text()) if out.exists() else {}
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            recorded[name] = run_case(name, Path(tmp))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {name}: {len(recorded[name])} lines", file=sys.stderr)
