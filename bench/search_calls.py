@@ -45,7 +45,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in CONFIGS:
             overrides = [f"model.name={args.model}", f"rollout.max_new_tokens={args.max_new_tokens}",
-                         f"run.dir={tmp}/{name}", f"search.cache_dir={tmp}/cache"]  # fmt: skip
+                         f"run.dir={tmp}/{name}", f"system.cache_dir={tmp}/cache"]  # fmt: skip
             engine = build_engine(load_config(name, overrides))
             calls = tokens = 0
             for start in range(0, args.questions, args.batch):

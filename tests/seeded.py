@@ -19,33 +19,35 @@ DATA = Path(__file__).parent / "data" / "seeded_metrics.json"
 SMALL = (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", "trainer.log_episodes=0")
 FAST = (*tiny_run(batch_size=1, eval_size=2), "sampler.group_size=2", "run.seed=7", "trainer.log_episodes=0")
 SYNTHETIC = (
-    "search.synthetic={people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12,"
-    " books: 12, songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}"
+    "task.config={synthetic: {people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12,"
+    " books: 12, songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}}"
 )
+# Simulated agents only: the frozen HF agent of the smoke tests makes the final evaluation vary from run
+# to run (the same seed gave held-out accuracy 0.333 and 0.667), which no seeded comparison can use.
 TINY_POOL = (
-    "pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
-    " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"
+    "system.pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
+    " {name: sim-strong, backend: simulated, ability: 3.0}]"
 )
-ROUTER = ("router.baselines=[single,random]", "router.label_items=12")
+ROUTER = ("system.baselines=[single,random]", "system.label_items=12")
 
-# config -> its overrides beyond SMALL / FAST (written in the config layout of the systems' packages)
+# config -> its overrides (recorded in the old layout, router.* / pool.* / search.*; run in today's)
 CASES: dict[str, tuple[str, ...]] = {
     "default": (*SMALL, *ROUTER),
     "router-single-turn": (*SMALL, *ROUTER),
     "router-dual-ascent": (*SMALL, *ROUTER),
     "router-solver": SMALL,
-    "router-champ": (*SMALL, "router.baselines=[single]", "task.path={champ}"),
+    "router-champ": (*SMALL, "system.baselines=[single]", "task.path={champ}"),
     "single-arithmetic": SMALL,
     "budget-grpo": SMALL,
     "budget-ppo": SMALL,
-    "puppeteer-llm": (*SMALL, "puppeteer.depth=2"),
-    "puppeteer-head": (*SMALL, "puppeteer.encoder=base"),
-    "puppeteer-tools": (*SMALL, TINY_POOL, "puppeteer.encoder=base"),
-    "puppeteer-smollm2": (*SMALL, TINY_POOL, "puppeteer.encoder=base"),
-    "search-fof": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
-    "search-is": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
-    "search-rr": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
-    "search-mappo": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "search.cache_dir={tmp}/cache"),
+    "puppeteer-llm": (*SMALL, "system.depth=2"),
+    "puppeteer-head": (*SMALL, "system.encoder=base"),
+    "puppeteer-tools": (*SMALL, TINY_POOL, "system.encoder=base"),
+    "puppeteer-smollm2": (*SMALL, TINY_POOL, "system.encoder=base"),
+    "search-fof": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
+    "search-is": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
+    "search-rr": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
+    "search-mappo": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
     **{
         name: FAST
         for name in (

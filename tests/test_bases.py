@@ -59,8 +59,8 @@ def test_unknown_policy_in_model_bases_names_the_systems_policies():
     per_role = load_config(PER_ROLE, [*FAST, "model.bases={planner: tiny#2}"])
     with pytest.raises(ConfigError, match=r"\['planner'\].*policies are \['tool', 'reasoner'\]"):
         build_engine(per_role)
-    # With turns.policies=shared the roles are not policies: only "shared" is.
-    shared = load_config(PER_ROLE, [*FAST, "turns.policies=shared", "model.bases={tool: tiny#2}"])
+    # With system.policies=shared the roles are not policies: only "shared" is.
+    shared = load_config(PER_ROLE, [*FAST, "system.policies=shared", "model.bases={tool: tiny#2}"])
     with pytest.raises(ConfigError, match=r"\['tool'\].*policies are \['shared'\]"):
         build_engine(shared)
 
@@ -189,7 +189,7 @@ def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_p
 # ------------------------------------------------------------------ the shipped config
 def test_shipped_separate_bases_config_runs_two_steps_evaluates_and_serves(tmp_path, capsys, monkeypatch):
     config = load_config("turns-math-separate")
-    assert config.turns.policies == "per_role"
+    assert config.system.policies == "per_role"
     assert config.model.bases == {"tool": "smollm2", "reasoner": "smollm2#reasoner"}  # two copies of SmolLM2
     run = tmp_path / "run"
     assert main(["train", "turns-math-separate", *tiny_run(batch_size=1, eval_size=2), "sampler.group_size=2",

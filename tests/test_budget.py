@@ -6,13 +6,12 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
-import torch
 
 from masrl.algos.gae import token_gae, trajectories
-from masrl.budget.evaluation import baselines_table, evaluate_baselines, modes_table, subsets_table, summarise_mode
-from masrl.pools.priced import CORL_EXPERTS, PAPER_PRICES, priced_pool
+from masrl.systems.budget.evaluation import baselines_table, evaluate_baselines, modes_table, subsets_table, summarise_mode
+from masrl.systems.budget.experts import CORL_EXPERTS, PAPER_PRICES, priced_pool
 from masrl.rollout.tree import Parallel, expand
-from masrl.systems.budget import (
+from masrl.systems.budget.system import (
     PAPER_BUDGETS,
     BudgetMode,
     BudgetSystem,

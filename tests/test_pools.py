@@ -195,7 +195,7 @@ def test_fix_request_mentions_previous_draft_but_keeps_own_draw(pool, items):
 
 def test_answer_format_in_the_system_prompt_is_not_a_previous_draft(pool, items):
     """The agents' instructions show the format "<answer>ANSWER</answer>"; a first call has no draft."""
-    from masrl.systems.router import AGENT_PROMPT
+    from masrl.systems.router.system import AGENT_PROMPT
 
     item = items[3]
     reply = pool["sim-weak"].reply_for(item, (Message("system", AGENT_PROMPT), Message("user", item.question)), 0)

@@ -13,9 +13,9 @@ import torch
 from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.credit import tree_q
 from masrl.config import ConfigError, load_config
-from masrl.puppeteer.head import HeadAgent, HeadChoice, HeadLearner, reinforce_loss, scoring_head
-from masrl.puppeteer.returns import path_returns, step_cost, step_costs
-from masrl.puppeteer.space import (
+from masrl.systems.puppeteer.head import HeadAgent, HeadChoice, HeadLearner, reinforce_loss, scoring_head
+from masrl.systems.puppeteer.returns import path_returns, step_cost, step_costs
+from masrl.systems.puppeteer.space import (
     TERMINATOR,
     AgentSpec,
     FileTool,
@@ -26,10 +26,10 @@ from masrl.puppeteer.space import (
     resolve_folder,
     tool_parameter,
 )
-from masrl.puppeteer.topology import count_cycles, episode_graph, fold, to_dot, topology_metrics
-from masrl.puppeteer.vote import majority_vote
+from masrl.systems.puppeteer.topology import count_cycles, episode_graph, fold, to_dot, topology_metrics
+from masrl.systems.puppeteer.vote import majority_vote
 from masrl.rollout.tree import Parallel, expand, rollout
-from masrl.systems.puppeteer import PuppeteerSystem, parse_choice, voted_answer
+from masrl.systems.puppeteer.system import PuppeteerSystem, parse_choice, voted_answer
 from masrl.train import score
 from masrl.types import Message, Reply, TaskItem
 
@@ -266,13 +266,13 @@ def test_flop_costs_weigh_tokens_by_model_size():
 
 
 def test_flop_costs_need_every_models_size():
-    from masrl.engine import build_task_from
-    from masrl.systems.puppeteer import build_puppeteer
+    from masrl.tasks import build_task
+    from masrl.systems.puppeteer.system import build_puppeteer
 
-    config = load_config("puppeteer-head", ["puppeteer.cost=flops", "puppeteer.model_params={sim-weak: 1.5}",
-                                            "puppeteer.encoder=base", "model.name=tiny"])  # fmt: skip
+    config = load_config("puppeteer-head", ["system.cost=flops", "system.model_params={sim-weak: 1.5}",
+                                            "system.encoder=base", "model.name=tiny"])  # fmt: skip
     with pytest.raises(ConfigError, match="sim-medium"):
-        build_puppeteer(config, build_task_from(config))
+        build_puppeteer(config, build_task(config.task))
 
 
 def test_llm_orchestrator_reply_is_read_after_the_prefilled_tag():
@@ -330,7 +330,7 @@ def run_toy(head, episodes_per_step=4, width=4, steps=1, lr=0.5, seed=0):
     system = two_agent_system(depth=1)  # one agent, then the path ends: the agent's answer is the outcome
     agent = HeadAgent("orchestrator", head, constant_encoder, system.actions, seed=seed)
     learner = HeadLearner("orchestrator", head, lr=lr)
-    config = load_config("puppeteer-head", ["algo.advantage=reinforce_baseline", "puppeteer.lam=0.1"])
+    config = load_config("puppeteer-head", ["algo.advantage=reinforce_baseline", "system.lam=0.1"])
     tasks = ExactTask().items("train", 0, episodes_per_step)
     for _ in range(steps):
         eps = asyncio.run(rollout(system, {**AGENTS, "orchestrator": agent}, tasks, Parallel(width)))
@@ -374,7 +374,7 @@ def test_head_learns_to_call_the_right_agent():
 
 
 def test_batched_encoder_encodes_concurrent_states_once_together():
-    from masrl.puppeteer.head import BatchedEncoder
+    from masrl.systems.puppeteer.head import BatchedEncoder
 
     calls = []
 
@@ -414,12 +414,12 @@ def test_head_learner_checkpoint_round_trip(tmp_path):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("puppeteer.patterns=[dance]", "puppeteer.patterns has unknown entries"),
-        ("puppeteer.tools=[none, read_file]", "need puppeteer.folder"),
-        ("sampler.rule=full_tree", "sampler.rule: parallel"),
-        ("puppeteer.folder=/no/such/folder", "not a directory"),
-        ("puppeteer.depth=0", "puppeteer.depth"),
-        ("puppeteer.patterns=[reasoning, reasoning]", "twice"),
+        ("system.patterns=[dance]", "system.patterns has unknown entries"),
+        ("system.tools=[none, read_file]", "need system.folder"),
+        ("sampler.rule=full_tree", "does not fit system.kind 'puppeteer'; its rules: parallel"),
+        ("system.folder=/no/such/folder", "not a directory"),
+        ("system.depth=0", "system.depth"),
+        ("system.patterns=[reasoning, reasoning]", "twice"),
     ],
 )
 def test_config_mistakes_are_named(override, message):

@@ -10,7 +10,7 @@ from masrl.cli import main
 
 pytestmark = pytest.mark.slow
 
-SMALL = ("trainer.steps=1", "trainer.batch_size=2", "sampler.group_size=2", "eval.size=2", "puppeteer.depth=2")
+SMALL = ("trainer.steps=1", "trainer.batch_size=2", "sampler.group_size=2", "eval.size=2", "system.depth=2")
 
 
 def _rows(run):

@@ -8,14 +8,14 @@ import pytest
 
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
-from masrl.puppeteer.evaluation import evolution_table
+from masrl.systems.puppeteer.evaluation import evolution_table
 from smoke import minilm_installed, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMALL = tiny_run()
 TINY_POOL = (
-    "pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
+    "system.pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
     " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"
 )
 TOPOLOGY = ("graph_density", "graph_cycles", "path_length", "agents_per_task", "tokens_per_task", "vote_accuracy")
@@ -23,7 +23,7 @@ TOPOLOGY = ("graph_density", "graph_cycles", "path_length", "agents_per_task", "
 
 def encoder() -> str:
     """MiniLM where its package is installed, else the base model's hidden state (same code path after)."""
-    return "puppeteer.encoder=" + ("minilm" if minilm_installed() else "base")
+    return "system.encoder=" + ("minilm" if minilm_installed() else "base")
 
 
 def read_jsonl(path):
@@ -62,14 +62,14 @@ def test_shipped_puppeteer_configs_run_two_steps(config, extra, tmp_path, capsys
 def test_llm_orchestrator_is_updated(tmp_path, monkeypatch):
     """The tiny model never writes an agent's name; read its choice from the parity of its
     bytes instead, so paths differ, advantages are not 0 and the LoRA orchestrator trains."""
-    import masrl.systems.puppeteer as pp
+    import masrl.systems.puppeteer.system as pp
 
     def parity_choice(text, actions):
         return actions[sum(text.encode()) % 2]  # sim-weak:planning or sim-weak:reasoning
 
     monkeypatch.setattr(pp, "parse_choice", parity_choice)
     run = tmp_path / "run"
-    assert main(["train", "puppeteer-llm", *SMALL, f"run.dir={run}", "eval.before=false", "puppeteer.depth=2"]) == 0
+    assert main(["train", "puppeteer-llm", *SMALL, f"run.dir={run}", "eval.before=false", "system.depth=2"]) == 0
     train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
     assert all(r["orchestrator/samples"] > 0 and "orchestrator/loss" in r for r in train)
     assert all(r["path_length"] == 2 for r in train)  # never the terminator: every path runs to the depth limit
@@ -77,7 +77,7 @@ def test_llm_orchestrator_is_updated(tmp_path, monkeypatch):
 
 def test_head_run_evaluates_from_its_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "puppeteer-head", *SMALL, "trainer.steps=1", f"run.dir={run}", "puppeteer.encoder=base"]
+    argv = ["train", "puppeteer-head", *SMALL, "trainer.steps=1", f"run.dir={run}", "system.encoder=base"]
     assert main(argv) == 0
     ckpt = latest_checkpoint(run)
     assert (ckpt / "head" / "orchestrator.safetensors").exists()

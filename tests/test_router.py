@@ -12,24 +12,19 @@ from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.advantages import group_ids_from_keys, grpo_mean
 from masrl.algos.credit import group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
-from masrl.routers.baselines import SingleAgentRouter
-from masrl.routers.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
 from masrl.rollout.tree import FullTree, expand
-from masrl.systems.router import (
-    Action,
+from masrl.systems.router.baselines import SingleAgentRouter
+from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
+from masrl.systems.router.rewards import (
     Multipliers,
     RewardWeights,
-    RouterState,
-    RouterSystem,
     controller_reward,
     default_caps,
     default_multipliers,
     dual_ascent,
-    parse_action,
-    path_weights,
     routing_reward,
-    tree_usage,
 )
+from masrl.systems.router.system import Action, RouterSystem, parse_action, path_weights, tree_usage
 from masrl.tasks.math import MathTask
 from masrl.train import sample_weight
 from masrl.types import Call, Episode, Reply, TaskItem
@@ -356,14 +351,14 @@ def test_pool_from_a_list_of_agents(tmp_path):
     recorded = tmp_path / "rec.jsonl"
     record_jsonl(recorded, (Message("user", "What is 2 + 2?"),), Reply("<answer>4</answer>", 5, 3, 0.001))
     agents = (
-        "pool.agents=[{name: cheap, backend: simulated, ability: 0.5},"
+        "system.pool.agents=[{name: cheap, backend: simulated, ability: 0.5},"
         f" {{name: tape, backend: replay, path: {recorded}, price_in: 0.01}}]"
     )
-    config = load_config(None, ["model.name=tiny", "pool.kind=agents", agents])
-    pool = build_pool(config, items(4))
+    config = load_config(None, ["model.name=tiny", "system.pool.kind=agents", agents])
+    pool = build_pool(config.system.pool, items(4))
     assert list(pool) == ["cheap", "tape"]
     reply = asyncio.run(pool["tape"]((Message("user", "What is 2 + 2?"),)))
     assert reply.text == "<answer>4</answer>"
     with pytest.raises(Exception, match="needs ability"):
-        build_pool(load_config(None, ["model.name=tiny", "pool.kind=agents",
-                                      "pool.agents=[{name: x, backend: simulated}]"]), None)
+        build_pool(load_config(None, ["model.name=tiny", "system.pool.kind=agents",
+                                      "system.pool.agents=[{name: x, backend: simulated}]"]).system.pool, None)

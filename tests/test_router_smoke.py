@@ -18,7 +18,7 @@ LEARNED = ("classifier", "knn")
 
 def baselines() -> str:
     names = ["single", "random", *(LEARNED if minilm_installed() else ())]
-    return f"router.baselines=[{','.join(names)}]"
+    return f"system.baselines=[{','.join(names)}]"
 
 
 def read_jsonl(path):
@@ -28,7 +28,7 @@ def read_jsonl(path):
 @pytest.mark.parametrize("config", ["default", "router-single-turn", "router-dual-ascent"])
 def test_shipped_router_configs_run_two_steps(config, tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", config, *SMALL, f"run.dir={run}", baselines(), "router.label_items=12"]
+    argv = ["train", config, *SMALL, f"run.dir={run}", baselines(), "system.label_items=12"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| method | accuracy |" in out and "| masrl controller |" in out and "| random |" in out
@@ -59,7 +59,7 @@ def test_champ_config_runs_on_a_built_pool(tmp_path, capsys):
     pool_file = tmp_path / "champ.jsonl"
     build_champ_pool(pool_file)
     run = tmp_path / "run"
-    argv = ["train", "router-champ", *SMALL, f"run.dir={run}", f"task.path={pool_file}", "router.baselines=[single]"]
+    argv = ["train", "router-champ", *SMALL, f"run.dir={run}", f"task.path={pool_file}", "system.baselines=[single]"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| single:GPT-4 Turbo |" in out and "| masrl controller |" in out
@@ -67,7 +67,7 @@ def test_champ_config_runs_on_a_built_pool(tmp_path, capsys):
 
 def test_eval_of_a_router_run_prints_the_table(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", *SMALL, f"run.dir={run}", "router.baselines=[random]", "eval.before=false"]) == 0
+    assert main(["train", *SMALL, f"run.dir={run}", "system.baselines=[random]", "eval.before=false"]) == 0
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0
     out = capsys.readouterr().out
@@ -77,7 +77,7 @@ def test_eval_of_a_router_run_prints_the_table(tmp_path, capsys):
 
 
 def test_unknown_pool_names_in_caps_are_a_config_error(tmp_path, capsys):
-    argv = ["train", *SMALL, f"run.dir={tmp_path / 'run'}", "router.rho={sim-giant: 0.1}"]
+    argv = ["train", *SMALL, f"run.dir={tmp_path / 'run'}", "system.rho={sim-giant: 0.1}"]
     assert main(argv) == 2
     assert "sim-giant" in capsys.readouterr().err
 
@@ -95,12 +95,12 @@ def test_router_over_real_llm_agents_local_and_http(tmp_path, capsys):
     served = HFLocalAgent("served", LoadedModel(model, tok, "tiny"), SamplingParams(max_new_tokens=6, temperature=0.0))
     with running(create_app(served, "tiny")) as url:
         pool = (
-            "pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
+            "system.pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
             f" {{name: remote, backend: openai, base_url: '{url}/v1', model: tiny, price_in: 1.0, price_out: 2.0}}]"
         )
         run = tmp_path / "run"
-        argv = ["train", *SMALL, f"run.dir={run}", "pool.kind=agents", pool, "router.baselines=[single]",
-                "router.label_items=4"]
+        argv = ["train", *SMALL, f"run.dir={run}", "system.pool.kind=agents", pool, "system.baselines=[single]",
+                "system.label_items=4"]
         assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| single:local |" in out and "| single:remote |" in out

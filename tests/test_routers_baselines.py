@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from masrl.pools.simulated import simulated_pool
-from masrl.routers.baselines import (
+from masrl.systems.router.baselines import (
     EmbeddingClassifierRouter,
     Labels,
     NearestNeighbourRouter,

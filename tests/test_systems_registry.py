@@ -1,21 +1,36 @@
-"""The system registry and what a builder hands the engine: agents mapped to policies, learners per policy."""
+"""The system registry: built-in specs, dotted paths, entry points, old config layouts, and what a
+builder hands the engine (agents mapped to policies, learners per policy)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from masrl.config import ConfigError, config_model, load_config
 from masrl.engine import build_engine
 from masrl.learners import PolicyLearner
-from masrl.systems import SYSTEMS, Built
-from masrl.systems.single import SingleAgentSystem
+from masrl.systems import BUILTIN, Built, SystemSpec, available_systems, resolve_system
+from masrl.systems.single import SingleAgentSystem, SingleConfig, build_single
 
 
-def test_every_config_kind_has_a_builder():
-    from typing import get_args
+def two_roles(config, task):
+    return Built(SingleAgentSystem(task, "p", {}), {"coder": "shared", "tester": "shared", "judge": "own"})
 
-    from masrl.config import SystemConfig
 
-    assert set(get_args(SystemConfig.model_fields["kind"].annotation)) == set(SYSTEMS)
+# Found by `system.kind: test_systems_registry:TWO_ROLES` (tests/ is on sys.path).
+TWO_ROLES = SystemSpec(kind="two-roles", config=SingleConfig, build=two_roles)
+NOT_A_SPEC = build_single
+
+
+def test_every_builtin_name_resolves_to_its_package_spec():
+    for kind in BUILTIN:
+        spec = resolve_system(kind)
+        assert isinstance(spec, SystemSpec)
+        assert spec.kind == ("search" if kind == "pipeline" else kind)  # pipeline: the search system's old name
+        assert spec.config.model_fields["kind"].default == "single"  # every section is a SystemSection
+    builtin = [row[0] for row in available_systems() if row[1] == "built in"]
+    assert builtin == ["single", "router", "budget", "search", "turns", "puppeteer"]
 
 
 def test_built_rejects_a_name_that_is_both_trainable_and_frozen():
@@ -26,14 +41,11 @@ def test_built_rejects_a_name_that_is_both_trainable_and_frozen():
         Built(system, {})
 
 
-def test_roles_sharing_a_policy_get_one_learner(tiny_config, monkeypatch, one_thread):
+def test_roles_sharing_a_policy_get_one_learner(tiny_config, one_thread):
     """Two agent names on one policy: one adapter, one learner; each agent samples from that adapter."""
-
-    def two_roles(config, task):
-        return Built(SingleAgentSystem(task, "p", {}), {"coder": "shared", "tester": "shared", "judge": "own"})
-
-    monkeypatch.setitem(SYSTEMS, "single", two_roles)
-    engine = build_engine(tiny_config())
+    config = tiny_config("system.kind=test_systems_registry:TWO_ROLES")
+    assert type(config.system) is SingleConfig and config.system.kind == "test_systems_registry:TWO_ROLES"
+    engine = build_engine(config)
     assert list(engine.learners) == ["shared", "own"]
     assert all(isinstance(x, PolicyLearner) for x in engine.learners.values())
     assert engine.model.policies == ("shared", "own")
@@ -41,3 +53,77 @@ def test_roles_sharing_a_policy_get_one_learner(tiny_config, monkeypatch, one_th
         "coder": "shared", "tester": "shared", "judge": "own"
     }
     assert engine.eval_agents["coder"].params.greedy and not engine.agents["coder"].params.greedy
+
+
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("routr", "system.kind: unknown system 'routr'; did you mean 'router'? available: budget, pipeline"),
+        ("no_such_module:SYSTEM", "system.kind: cannot import 'no_such_module'"),
+        ("test_systems_registry:MISSING", "system.kind: module 'test_systems_registry' has no 'MISSING'"),
+        ("test_systems_registry:NOT_A_SPEC", "is a function, not a system"),
+        ("test_systems_registry:", "is not of the form package.module:OBJECT"),
+    ],
+)
+def test_a_kind_that_names_no_system_is_a_config_error(kind, message, tiny_config):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        tiny_config(f"system.kind={kind}")
+
+
+def test_the_system_section_is_checked_against_the_systems_own_model(tiny_config):
+    with pytest.raises(ConfigError) as err:
+        tiny_config("system.kind=router", "system.max_turnz=2", "system.rho=3")
+    text = str(err.value)
+    assert "system.max_turnz: unknown key; did you mean 'max_turns'?" in text
+    assert "system.rho: Input should be a valid dictionary" in text
+    with pytest.raises(ConfigError, match="system.prompt: unknown key"):  # the single agent's key, not the router's
+        tiny_config("system.kind=router", "system.prompt=hi")
+    assert config_model(resolve_system("router").config) is config_model(resolve_system("router").config)
+
+
+def test_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch, tiny_config, capsys):
+    """A distribution on sys.path with a `masrl.systems` entry point, as `pip install` leaves it."""
+    dist = tmp_path / "my_masrl_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-masrl-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[masrl.systems]\ntwo-roles = test_systems_registry:TWO_ROLES\nbroken = no_such_module:SYSTEM\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    resolve_system.cache_clear()
+    try:
+        assert resolve_system("two-roles") is TWO_ROLES
+        assert tiny_config("system.kind=two-roles").system.kind == "two-roles"
+        from masrl.cli import main
+
+        assert main(["systems"]) == 0
+        out = capsys.readouterr().out
+        assert "two-roles        installed (test_systems_registry:TWO_ROLES)" in out
+        assert "broken           installed (no_such_module:SYSTEM)" in out and "cannot be loaded" in out
+    finally:
+        resolve_system.cache_clear()
+
+
+def test_an_old_layout_config_loads_as_the_new_one_and_says_what_moved(tmp_path, capsys):
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        "system: {kind: router, max_turns: 2, prompt: ignored, prefill: false}\n"
+        "pool: {kind: simulated, seed: 3}\n"
+        "router: {dual_ascent: true, rho: {sim-strong: 0.2}}\n"
+        "budget: {max_rounds: 5}\n"  # an old run directory saved every system's section
+        "task: {kind: math, difficulty: mixed}\n"
+    )
+    new = tmp_path / "new.yaml"
+    new.write_text(
+        "system: {kind: router, max_turns: 2, prefill: false, dual_ascent: true, rho: {sim-strong: 0.2},\n"
+        "         pool: {kind: simulated, seed: 3}}\n"
+        "task: {kind: math, difficulty: mixed}\n"
+    )
+    assert load_config(old).model_dump() == load_config(new).model_dump()
+    err = capsys.readouterr().err
+    assert "the router: section is now system" in err and "the pool: section is now system.pool" in err
+    assert "ignored the sections of other systems: budget" in err
+    # An old override on a new config moves the same way (the README's measured commands keep working).
+    assert load_config(new, ["router.dual_lr=0.1", "pool.seed=4"]).system.pool.seed == 4
+    search = load_config("search-fof", ["search.synthetic={people: 60}", "system.kind=pipeline"])
+    assert search.system.kind == "search" and search.task.config == {"synthetic": {"people": 60}}

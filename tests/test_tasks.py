@@ -7,21 +7,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from masrl.config import ConfigError, TaskConfig
 from masrl.tasks import (
-    TASKS,
+    BUILTIN,
     Grade,
-    JsonlTask,
-    MathTask,
     Task,
     build_task,
-    extract_math_answer,
     format_reward,
     grade,
     held_out,
-    math_equal,
     reward_terms,
 )
-from masrl.tasks.math import _verify
+from masrl.tasks.jsonl import JsonlTask
+from masrl.tasks.math import MathTask, _verify, extract_math_answer, math_equal
 from masrl.types import TaskItem
 
 # ---- MathTask: determinism and splits ----
@@ -349,10 +347,11 @@ def test_reward_terms():
 
 
 def test_build_task(tmp_path):
-    assert set(TASKS) == {"math", "jsonl", "sudoku", "sokoban", "planpath", "math_turns", "code"}
-    task = build_task("math", dataset="chain_sum", seed=2, difficulty="easy")
+    assert set(BUILTIN) == {"math", "jsonl", "champ", "search", "sudoku", "sokoban", "planpath", "math_turns", "code"}
+    task = build_task(TaskConfig(kind="math", dataset="chain_sum", seed=2, difficulty="easy"))
     assert isinstance(task, MathTask) and isinstance(task, Task)
+    assert task.items("train", 0, 3) == MathTask("chain_sum", seed=2, difficulty="easy").items("train", 0, 3)
     path = _write(tmp_path, [{"question": "q", "answer": "1"}])
-    assert isinstance(build_task("jsonl", path=path), Task)
-    with pytest.raises(ValueError, match="unknown task kind 'gsm8k'; valid kinds: code, jsonl, math, math_turns, planpath, sokoban, sudoku"):
-        build_task("gsm8k")
+    assert isinstance(build_task(TaskConfig(kind="jsonl", path=str(path))), JsonlTask)
+    with pytest.raises(ConfigError, match="task.kind: unknown task family 'gsm8k'; available: champ, code, jsonl"):
+        build_task(TaskConfig(kind="gsm8k"))

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 import masrl.train
 from masrl.config import load_config
-from masrl.engine import build_task_from
+from masrl.tasks import build_task
 from masrl.train import RunLogger, TrainingError, score, train
 from masrl.types import AgentError, Call, Episode, Reply, TaskItem
 
@@ -227,7 +227,7 @@ def test_failed_trajectories_are_counted_and_left_out_of_the_update(tiny_config,
     config = tiny_config(
         "trainer.steps=1", "eval.before=false", "algo.skip_zero_advantage=false", "trainer.log_episodes=2"
     )
-    first, second = build_task_from(config).items("train", 0, 2)
+    first, second = build_task(config.task).items("train", 0, 2)
     use_flaky_solver(monkeypatch, fails=lambda question: question == first.question)
 
     train(config)

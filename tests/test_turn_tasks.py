@@ -5,18 +5,32 @@ from __future__ import annotations
 
 import pytest
 
-from masrl.tasks import TASKS, Task, TurnTask, build_task
+from masrl.config import ConfigError, TaskConfig
+from masrl.tasks import BUILTIN, Task, TurnTask, build_task
 from masrl.tasks.moves import parse_moves
 from masrl.tasks.planpath import Maze, PathState, PlanPathTask
 from masrl.tasks.planpath import reward_parts as path_parts
 from masrl.tasks.planpath import step as path_step
-from masrl.tasks.sokoban import Room, SokobanState, SokobanTask, deadlocked, potential, shortest_solution
+from masrl.tasks.sokoban import (
+    Room,
+    SokobanState,
+    SokobanTask,
+    deadlocked,
+    potential,
+    shortest_solution,
+)
 from masrl.tasks.sokoban import reward_parts as sok_parts
 from masrl.tasks.sokoban import step as sok_step
 from masrl.tasks.sudoku import SudokuState, SudokuTask, _solutions, parse_fills
 from masrl.tasks.sudoku import reward_parts as sudoku_parts
 from masrl.tasks.sudoku import step as sudoku_step
-from masrl.tasks.team import RewardDesign, RewardParts, mix_alpha, mix_lambda, mixed_reward
+from masrl.tasks.team import (
+    RewardDesign,
+    RewardParts,
+    mix_alpha,
+    mix_lambda,
+    mixed_reward,
+)
 
 GAMES = [
     (SudokuTask, {}),
@@ -44,8 +58,11 @@ def test_generated_items_are_seeded_disjoint_and_solved_by_their_answer(cls, kw)
 
 
 def test_registry_builds_the_games():
-    assert {"sudoku", "sokoban", "planpath"} <= set(TASKS)
-    assert isinstance(build_task("sudoku", seed=1), SudokuTask)
+    assert {"sudoku", "sokoban", "planpath"} <= set(BUILTIN)
+    task = build_task(TaskConfig(kind="sudoku", seed=1, config={"blanks": 6}))
+    assert isinstance(task, SudokuTask) and task.items("train", 0, 2) == SudokuTask(seed=1, blanks=6).items("train", 0, 2)
+    with pytest.raises(ConfigError, match="task.config for sudoku: .*colour"):
+        build_task(TaskConfig(kind="sudoku", config={"colour": 1}))
     with pytest.raises(ValueError, match="blanks"):
         SudokuTask(blanks=16)
     with pytest.raises(ValueError, match="square"):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from masrl.tasks import CodeTask, MathTurnTask, TurnTask
-from masrl.tasks.code import CodeState, UnitTest, parse_tests
-from masrl.tasks.mathturn import MathReply, MathState, num_eq, parse_math
+from masrl.tasks import TurnTask
+from masrl.tasks.code import CodeState, CodeTask, UnitTest, parse_tests
+from masrl.tasks.mathturn import MathReply, MathState, MathTurnTask, num_eq, parse_math
 from masrl.tasks.team import mixed_reward
 from masrl.tasks.tools import ToolRun, extract_code, tool_output
 from masrl.types import TaskItem
@@ -183,9 +183,9 @@ NASTY = [
 @pytest.mark.parametrize("text", NASTY, ids=range(len(NASTY)))
 def test_parsers_and_steps_never_raise_on_garbage(text):
     """A malformed action is a format failure, never an exception (issue 4, item 6)."""
+    from masrl.tasks.moves import parse_moves
     from masrl.tasks.planpath import Maze, PathState
     from masrl.tasks.planpath import step as path_step
-    from masrl.tasks.moves import parse_moves
     from masrl.tasks.sudoku import SudokuState, parse_fills
     from masrl.tasks.sudoku import step as sudoku_step
 

@@ -36,7 +36,7 @@ def test_shipped_turn_configs_run_two_steps(config, tmp_path):
     assert final["eval/items"] == 2 and "eval/turns" in final
     policies = {p.stem for p in (latest_checkpoint(run) / "policy").iterdir()}
     cfg = load_config(run / "config.yaml")
-    expected = set(cfg.turns.agents) if cfg.turns.policies == "per_role" else {"shared"}
+    expected = set(cfg.system.agents) if cfg.system.policies == "per_role" else {"shared"}
     assert policies == expected  # one adapter (and optimizer state) per policy
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from masrl.agents.python_fn import FunctionAgent
 from masrl.rollout.tree import Parallel, PerTurnGreedy, expand
-from masrl.systems.turns import ROLE_PROMPTS, TurnsSystem
+from masrl.systems.turns.system import ROLE_PROMPTS, TurnsSystem
 from masrl.tasks.planpath import PlanPathTask
 from masrl.types import Reply, TaskItem
 
@@ -104,23 +104,23 @@ def test_per_turn_greedy_tree_over_the_system():
 
 def test_config_mistakes_are_clear():
     from masrl.config import ConfigError, load_config
-    from masrl.engine import build_task_from
+    from masrl.tasks import build_task
 
-    with pytest.raises(ConfigError, match="system.kind 'turns' and task.kind"):
+    with pytest.raises(ConfigError, match="system.kind 'turns' runs only task families made for it"):
         load_config("turns-planpath", ["task.kind=math"])
-    with pytest.raises(ConfigError, match="system.kind 'turns' and task.kind"):
+    with pytest.raises(ConfigError, match="task.kind 'sudoku' is made for system.kind 'turns'"):
         load_config("single-arithmetic", ["task.kind=sudoku"])
-    with pytest.raises(ConfigError, match="turns.mix"):
-        load_config("turns-planpath", ["turns.mix=product"])
+    with pytest.raises(ConfigError, match="system.mix"):
+        load_config("turns-planpath", ["system.mix=product"])
     with pytest.raises(ConfigError, match="task.config for planpath"):
-        build_task_from(load_config("turns-planpath", ["task.config={bogus: 1}"]))
+        build_task(load_config("turns-planpath", ["task.config={bogus: 1}"]).task)
     with pytest.raises(ConfigError, match="task.config for sudoku: blanks"):
-        build_task_from(load_config("turns-sudoku", ["task.config={blanks: 40}"]))
-    from masrl.systems.turns import build_turns
+        build_task(load_config("turns-sudoku", ["task.config={blanks: 40}"]).task)
+    from masrl.systems.turns.system import build_turns
 
-    config = load_config("turns-planpath", ["turns.agents=[planner,coder]"])
+    config = load_config("turns-planpath", ["system.agents=[planner,coder]"])
     with pytest.raises(ConfigError, match=r"name \['coder'\]; the roles of task 'planpath' are \['tool', 'planner'\]"):
-        build_turns(config, build_task_from(config))
+        build_turns(config, build_task(config.task))
 
 
 def test_branching_factor_one_equals_parallel():

@@ -1,4 +1,4 @@
-"""`masrl train | eval | models | report | serve`.
+"""`masrl train | eval | models | systems | report | serve`, and the commands systems add.
 
 Config mistakes print one message and exit with code 2 (no traceback); a run
 that cannot go on exits with code 1 and says why.
@@ -23,12 +23,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
 
-    e = sub.add_parser("eval", help="greedy evaluation on held-out items (a router: with baselines, under usage caps)")
+    e = sub.add_parser("eval", help="held-out evaluation (greedy; the system's own evaluation where it has one)")
     e.add_argument("target", nargs="?", help="a run directory, or a YAML config to evaluate untrained")
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.size=50 model.name=tiny")
     e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
 
     sub.add_parser("models", help="list the built-in models and whether they are ready")
+    sub.add_parser("systems", help="list the systems and task families available, built in and installed")
 
     r = sub.add_parser("report", help="write RUN_DIR/report.html (curves, evaluations) and print the curve")
     r.add_argument("run_dir", help="a run directory")
@@ -38,7 +39,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--policy", help="which policy to serve (default: the first)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    for name, (spec, command) in _system_commands().items():
+        c = sub.add_parser(name, help=f"{command.help} (system {spec.kind})")
+        command.arguments(c)
     return p
+
+
+def _system_commands() -> dict:
+    """`masrl NAME` commands that built-in systems add (SystemSpec.commands): name -> (spec, command)."""
+    from masrl.systems import builtin_systems
+
+    return {name: (spec, cmd) for spec in builtin_systems().values() for name, cmd in spec.commands.items()}
 
 
 def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
@@ -51,6 +62,8 @@ def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, li
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command not in _COMMANDS:
+            return _system_commands()[args.command][1].run(args)
         return _COMMANDS[args.command](args)
     except ConfigError as exc:
         print(f"masrl: config error: {exc}", file=sys.stderr)
@@ -121,6 +134,18 @@ def _models(args) -> int:
     return 0
 
 
+def _systems(args) -> int:
+    from masrl.systems import available_systems
+    from masrl.tasks import available_tasks
+
+    for title, rows in (("systems (system.kind)", available_systems()), ("task families (task.kind)", available_tasks())):
+        print(title)
+        for kind, where, spec, error in rows:
+            line = spec.summary if spec is not None else f"cannot be loaded: {error}"
+            print(f"  {kind:16s} {where}\n  {'':16s} {line}")
+    return 0
+
+
 def _report(args) -> int:
     from masrl.report import curve_table, read_metrics, write_report
 
@@ -148,7 +173,9 @@ def _serve(args) -> int:
     return 0
 
 
-_COMMANDS = {"train": _train, "eval": _eval, "models": _models, "report": _report, "serve": _serve}
+_COMMANDS = {
+    "train": _train, "eval": _eval, "models": _models, "systems": _systems, "report": _report, "serve": _serve,
+}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 `build_engine(config)` is the only place that turns config strings into
 objects; the training loop and evaluation receive the assembled `Engine`.
-The system kind's builder (`masrl.systems.SYSTEMS`) says which agents are
+The system's builder (its `SystemSpec`, found by `masrl.systems.resolve_system`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
 adapter on a base model and a `PolicyLearner`; a policy that is not a
 language model (a scoring head, `Built.heads`) brings its own agents and learner. With `algo.advantage:
@@ -32,10 +32,9 @@ from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import BRANCH_RULES, BranchRule, Planner, System
-from masrl.systems import SYSTEMS
+from masrl.systems import resolve_system
 from masrl.tasks import build_task
 from masrl.tasks.base import Task
-from masrl.tasks.math import MixedMathTask
 from masrl.update import UpdateSettings
 
 
@@ -49,7 +48,7 @@ class Engine:
     agents: Mapping[str, Agent]  # sampling agents (training)
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it
-    frozen: Mapping[str, Agent]  # agents that are not trained (a router's pool, weak to strong; experts; tools)
+    frozen: Mapping[str, Agent]  # agents that are not trained (a pool, weak to strong; experts; tools)
     critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
 
     @property
@@ -64,41 +63,6 @@ class Engine:
         if len(bases) > 1:
             raise RuntimeError(f"this engine has {len(bases)} base models (model.bases): use engine.models[policy]")
         return bases[0] if bases else None
-
-    @property
-    def pool(self) -> Mapping[str, Agent]:
-        """The frozen agents a router coordinates, weak to strong."""
-        return self.frozen
-
-
-def build_task_from(config: Config) -> Task:
-    t = config.task
-    if t.kind == "jsonl":
-        return build_task("jsonl", path=t.path, seed=t.seed)
-    if t.kind == "search":
-        from masrl.tasks.search import SearchTask, load_corpus
-
-        sc = config.search
-        try:
-            corpus = load_corpus(sc.pages, sc.train_questions, sc.eval_questions, sc.synthetic, t.seed)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        return SearchTask(corpus)
-    if t.kind == "math_turns":
-        opts = {"dataset": t.dataset, "difficulty": "easy" if t.difficulty == "mixed" else t.difficulty, **t.config}
-        return build_task("math_turns", seed=t.seed, **opts)
-    if t.kind in ("sudoku", "sokoban", "planpath", "code"):  # turn-based tasks: options in task.config
-        try:
-            return build_task(t.kind, seed=t.seed, **t.config)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"task.config for {t.kind}: {e}") from None
-    if t.kind == "champ":
-        from masrl.pools.champ import ChampTask
-
-        return ChampTask(t.path)
-    if t.difficulty == "mixed":
-        return MixedMathTask(t.dataset, seed=t.seed, config=dict(t.config))
-    return build_task("math", dataset=t.dataset, seed=t.seed, difficulty=t.difficulty, config=dict(t.config))
 
 
 def base_plan(
@@ -150,8 +114,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     if config.trainer.low_memory:
         keep_heap_small()
     torch.manual_seed(config.run.seed)
-    task = build_task_from(config)
-    built = SYSTEMS[config.system.kind](config, task)
+    task = build_task(config.task)
+    built = resolve_system(config.system.kind).build(config, task)
     policies = built.policy_names
     gae = config.algo.advantage == "gae"
     if gae and CRITIC in policies:

@@ -3,19 +3,17 @@
 Each item is one episode under the greedy agents (branching width 1). An
 episode counts as correct when its final call's `correct` reward is 1.
 A system with an `eval_metrics(episodes)` method adds its own numbers to the
-summary (the search pipeline: exact match, F1, agent calls per question).
+summary (the search system: exact match, F1, agent calls per question).
 
 `evaluate_system(engine, items, full)` is what training and `masrl eval` call:
-it looks up the evaluator of the config's `system.kind` in `EVALUATORS` (a
-system whose evaluation is more than greedy episodes: the router's caps and
-baselines, the budget modes, the puppeteer's W paths and graphs) and falls back
-to `evaluate` for the others.
+it runs the system's own evaluation when its `SystemSpec` has one (more than
+greedy episodes: usage caps and baselines, modes, W paths and graphs)
+and `evaluate_episodes` otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,23 +81,13 @@ class SystemEval:
     write: Callable[[Path, int], None] | None = None  # files for the run directory, given the step
 
 
-# system.kind -> "module:function" with the signature of `evaluate_episodes`;
-# imported when used, so a system's evaluation code loads only for its runs.
-EVALUATORS: dict[str, str] = {
-    "router": "masrl.routers.run:evaluate_router",
-    "budget": "masrl.budget.evaluation:evaluate_budget",
-    "puppeteer": "masrl.puppeteer.evaluation:evaluate_orchestrator",
-}
-
-
 def evaluate_system(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:
     """The evaluation of `engine`'s system on `items`; `full` adds what only the
     final evaluation needs (baselines, result tables, files)."""
-    target = EVALUATORS.get(engine.config.system.kind)
-    if target is None:
-        return evaluate_episodes(engine, items, full)
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(engine, items, full)
+    from masrl.systems import resolve_system
+
+    own = resolve_system(engine.config.system.kind).evaluate
+    return (own or evaluate_episodes)(engine, items, full)
 
 
 def evaluate_episodes(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:

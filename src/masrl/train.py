@@ -97,7 +97,7 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
 
 
 def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner | None) -> Scored:
-    """PPO's advantage phase (corl-budget-controller.txt, sec. 3.2; masrl.algos.gae).
+    """PPO's advantage phase (GAE from a learned value model, as CoRL trains its controller; masrl.algos.gae).
 
     The value model scores the state before every response token of every
     trainable call; GAE runs over each root-to-leaf path's concatenated
@@ -149,7 +149,7 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
 
 
 def sample_weight(episode: Episode, kind: str) -> float:
-    """Loss scale of a sample from `episode`: 1, or 1/(leaves of its tree) (router paper, appendix E.2:
+    """Loss scale of a sample from `episode`: 1, or 1/(leaves of its tree) (critique-routing paper, appendix E.2:
     each query's gradient is scaled by 1/|B_T| so a bushy tree does not outweigh a shallow one)."""
     if kind == "inverse_leaves":
         return 1.0 / max(1, len(episode.leaves()))
@@ -233,7 +233,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
             first = next(c.error for ep in episodes for c in ep.calls if c.error)
             raise TrainingError(f"step {step}: every episode failed; first error: {first}")
         scored = score(episodes, config, engine.critic)  # 2-3. score and advantage
-        observe = getattr(engine.system, "observe", None)  # e.g. the router's usage and dual ascent
+        observe = getattr(engine.system, "observe", None)  # a system's own step metrics (e.g. usage, dual ascent)
         if observe is not None:
             metrics.update(observe(episodes))
         t1 = time.perf_counter()
@@ -275,7 +275,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
 
 # ---------------------------------------------------------------- helpers
 def out_of_time(trained_seconds: float, step_seconds: float, max_minutes: float | None) -> bool:
-    """Whether another step, as long as the last one, would end past the time budget.
+    """Whether another step, as long as the last one, would end past the time allowance.
 
     Stopping *before* the step that would overrun keeps a run's training time at
     most `max_minutes` (up to one step's variation), the "at most 45 minutes" of
@@ -313,7 +313,7 @@ def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
         files.update(learner.checkpoint_files())
     files["rng.pt"] = lambda path: torch.save(capture_rng(), path)
     meta = {"data_position": step * engine.config.trainer.batch_size}
-    if hasattr(engine.system, "state_dict"):  # e.g. the router's Lagrange multipliers
+    if hasattr(engine.system, "state_dict"):  # a system's own state (e.g. Lagrange multipliers)
         meta["system"] = engine.system.state_dict()
     # Frozen agents with state (a simulated agent's attempt counts) resume where they were.
     meta["frozen"] = {n: a.state_dict() for n, a in engine.frozen.items() if hasattr(a, "state_dict")}

@@ -1,4 +1,4 @@
-"""Turn a config's `pool` section into agents, ordered weak to strong.
+"""Turn a system's `pool` config into agents, ordered weak to strong.
 
 - ``simulated``: the calibrated SIMULATED pool (`masrl.pools.simulated`), which
   finds each question among the task's generated items;
@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 
 from masrl.agents.base import Agent
-from masrl.config import Config, ConfigError, PoolAgentConfig
+from masrl.config import ConfigError
+from masrl.pools.config import PoolAgentConfig, PoolConfig
 from masrl.types import Price
 
 
-def build_pool(config: Config, task) -> dict[str, Agent]:
-    p = config.pool
+def build_pool(p: PoolConfig, task) -> dict[str, Agent]:
     if p.kind == "simulated":
         from masrl.pools.simulated import simulated_pool
 
@@ -26,7 +26,7 @@ def build_pool(config: Config, task) -> dict[str, Agent]:
     if p.kind == "champ":
         from masrl.pools.champ import load_champ_pool
 
-        return dict(load_champ_pool(config.task.path)[1])
+        return dict(load_champ_pool(task.path)[1])  # the ChampTask's pool file (check_pool)
     return {a.name: build_agent(a, task, p.seed) for a in p.agents}
 
 

@@ -122,6 +122,7 @@ from typing import Any
 from masrl.agents.base import approx_tokens
 from masrl.pools.simulated import ItemIndex
 from masrl.types import AgentError, Message, Price, Reply, TaskItem
+from masrl.tasks.base import TaskFamily
 
 PROMPT = "0-Shot"
 ANSWER_JOINT = "\n\nFinal answer: "
@@ -315,6 +316,7 @@ class ChampTask:
     def __init__(self, path: str | Path, eval_fraction: float = 0.3):
         from masrl.tasks.base import held_out
 
+        self.path = Path(path)
         tasks, agents = load_champ_pool(path)
         self._split = {
             "train": [t for t in tasks if not held_out(t.question, eval_fraction)],
@@ -877,6 +879,14 @@ HAND_GRADES: dict[tuple[str, str], bool] = {
     ("P_Sequence_45", _G35): False,  # "approximately 3.16, which is less than 30"
     ("P_Sequence_46", _G4T): True,  # "not possible to partition ... into 12 geometric progressions"
 }
+
+
+def _champ_task(spec) -> ChampTask:
+    return ChampTask(spec.path)
+
+
+# The task family `task.kind: champ` (masrl.tasks.BUILTIN): the pool file's problems.
+CHAMP = TaskFamily(_champ_task, "CHAMP's competition problems from a built pool file (task.path)", needs_path=True)
 
 
 # ---- command line ----------------------------------------------------------------------------

@@ -10,11 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built
-from masrl.tasks.base import Task
+from pydantic import Field
+
+from masrl.systems.api import Built, Legacy, Step, SystemSection, SystemSpec, Task, Transition
 from masrl.tasks.rewards import reward_terms
 from masrl.types import Message, Reply, TaskItem
+
+
+class SingleConfig(SystemSection):
+    prompt: str = Field(
+        "Solve the problem. Think briefly, then write the final answer as <answer>NUMBER</answer>.",
+        description="system prompt of the single agent",
+    )
 
 
 @dataclass(frozen=True)
@@ -47,3 +54,12 @@ def build_single(config, task: Task) -> Built:
     """One solver policy answering `task` under the configured prompt."""
     system = SingleAgentSystem(task, config.system.prompt, dict(config.reward.weights))
     return Built(system, {system.agent: system.agent}, stop=("</answer>",))
+
+
+SYSTEM = SystemSpec(
+    kind="single",
+    config=SingleConfig,
+    build=build_single,
+    summary="one agent answers; the task grades it (the single-agent baseline)",
+    legacy=Legacy(system_keys=("prompt",)),
+)

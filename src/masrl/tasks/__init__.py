@@ -1,56 +1,77 @@
 """Task families: seeded problem sources that extract and verify their own answers.
 
-`build_task(kind, **kwargs)` makes one from config; `TASKS` lists the kinds.
+`build_task(spec)` makes the task a config's `task` section names. `task.kind` resolves like
+`system.kind` (masrl.systems): a built-in family (`BUILTIN`), a dotted path
+`package.module:OBJECT` to a `TaskFamily`, or an entry point in the group `masrl.tasks`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from masrl.tasks.base import Grade, Task, TurnTask, grade, held_out
-from masrl.tasks.code import CodeTask
-from masrl.tasks.jsonl import JsonlTask
-from masrl.tasks.math import MathTask, extract_math_answer, math_equal
-from masrl.tasks.mathturn import MathTurnTask
-from masrl.tasks.planpath import PlanPathTask
+from masrl.tasks.base import Grade, Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
-from masrl.tasks.sokoban import SokobanTask
-from masrl.tasks.sudoku import SudokuTask
 
 __all__ = [
-    "CodeTask",
-    "TASKS",
+    "BUILTIN",
+    "ENTRY_POINTS",
     "Grade",
-    "JsonlTask",
-    "MathTask",
-    "MathTurnTask",
-    "PlanPathTask",
-    "SokobanTask",
-    "SudokuTask",
     "Task",
+    "TaskFamily",
     "TurnTask",
+    "available_tasks",
     "build_task",
-    "extract_math_answer",
     "format_reward",
     "grade",
     "held_out",
-    "math_equal",
+    "resolve_task",
     "reward_terms",
 ]
 
+ENTRY_POINTS = "masrl.tasks"
 
-def build_task(kind: str, **kwargs: Any) -> Task:
-    if kind not in TASKS:
-        raise ValueError(f"unknown task kind {kind!r}; valid kinds: {', '.join(sorted(TASKS))}")
-    return TASKS[kind](**kwargs)
-
-
-TASKS: dict[str, type] = {
-    "math": MathTask,
-    "jsonl": JsonlTask,
-    "sudoku": SudokuTask,
-    "sokoban": SokobanTask,
-    "planpath": PlanPathTask,
-    "math_turns": MathTurnTask,
-    "code": CodeTask,
+BUILTIN: dict[str, str] = {
+    "math": "masrl.tasks.families:MATH",
+    "jsonl": "masrl.tasks.families:JSONL",
+    "champ": "masrl.pools.champ:CHAMP",
+    "search": "masrl.tasks.families:SEARCH",
+    "sudoku": "masrl.tasks.families:SUDOKU",
+    "sokoban": "masrl.tasks.families:SOKOBAN",
+    "planpath": "masrl.tasks.families:PLANPATH",
+    "math_turns": "masrl.tasks.families:MATH_TURNS",
+    "code": "masrl.tasks.families:CODE",
 }
+
+
+@functools.cache
+def resolve_task(kind: str) -> TaskFamily:
+    from masrl.systems import resolve
+
+    return resolve(kind, BUILTIN, ENTRY_POINTS, TaskFamily, "task family", "task.kind")
+
+
+def build_task(spec: Any) -> Task:
+    """The task of a config's `task` section (masrl.config.TaskConfig)."""
+    from masrl.config import ConfigError
+
+    try:
+        return resolve_task(spec.kind).build(spec)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"task.config for {spec.kind}: {exc}") from None
+
+
+def available_tasks() -> list[tuple[str, str, TaskFamily | None, str]]:
+    """(kind, where it comes from, its family or None, the error loading it), built in and installed."""
+    from masrl.config import ConfigError
+    from masrl.systems import plugin_targets
+
+    rows: list[tuple[str, str, TaskFamily | None, str]] = [(k, "built in", resolve_task(k), "") for k in BUILTIN]
+    for kind, target in sorted(plugin_targets(ENTRY_POINTS).items()):
+        try:
+            rows.append((kind, f"installed ({target})", resolve_task(kind), ""))
+        except ConfigError as exc:
+            rows.append((kind, f"installed ({target})", None, str(exc)))
+    return rows

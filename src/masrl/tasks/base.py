@@ -17,6 +17,7 @@ from different random streams (MathTask does), but the hash is the guarantee.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -111,3 +112,18 @@ class TurnTask(Task, Protocol):
         """masrl.tasks.team.RewardParts of `role` for `outcome` from `before`; `run` is the
         masrl.tasks.tools.ToolRun when the reply's code was executed."""
         ...
+
+
+@dataclass(frozen=True)
+class TaskFamily:
+    """How a run's `task` section becomes a `Task` (masrl.tasks.resolve_task finds it by `task.kind`).
+
+    `build` gets the whole section (masrl.config.TaskConfig: seed, dataset, difficulty, path, and the
+    family's own options in `config`) and raises ValueError or TypeError on options it cannot use.
+    `system` names the system kind the family is made for (a turn-based environment for `turns`),
+    None when any system can use it."""
+
+    build: Callable[[Any], Task]
+    summary: str = ""
+    system: str | None = None
+    needs_path: bool = False  # task.path must name an existing file

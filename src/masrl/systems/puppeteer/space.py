@@ -161,12 +161,12 @@ class SearchTool:
 
 
 def resolve_folder(folder: str | Path) -> Path:
-    """`folder` as given, or, when it does not exist and is relative, inside the masrl package
-    (the shipped configs name `puppeteer/notes`, a few math notes packaged with masrl)."""
+    """`folder` as given, or, when it does not exist and is relative, inside masrl/systems (the
+    shipped configs name `puppeteer/notes`, a few math notes packaged with this system)."""
     path = Path(folder).expanduser()
     if path.is_dir() or path.is_absolute():
         return path
-    packaged = Path(__file__).resolve().parent.parent / path
+    packaged = Path(__file__).resolve().parents[1] / path
     return packaged if packaged.is_dir() else path
 
 

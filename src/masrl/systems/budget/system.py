@@ -34,7 +34,7 @@ episode's path. Rewards at the final controller call:
     hard   = r_perf * [cost <= B_mode]                     (eq. 7, the paper's reward)
     soft   = r_perf - soft_penalty * cost / B_mode         (our variant: spend priced in budgets)
 
-`budget.reward` picks which one is trained on; both are logged. No format
+`system.reward` picks which one is trained on; both are logged. No format
 reward by default (sec. 3.3 drops it); `format_weight` adds one for small models.
 
 Modes: during training each task draws its mode from a hash of (seed, task
@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built, match_agent
+from masrl.systems.api import Built, match_agent
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Price, Reply, TaskItem
 
@@ -417,26 +417,26 @@ def build_budget(config, task: Task) -> Built:
     """The controller over a priced expert pool, with the configured modes, prices and reward."""
     from masrl.config import ConfigError
 
-    b = config.budget
+    b = config.system
     if b.experts == "simulated":
-        from masrl.pools.priced import priced_pool
+        from masrl.systems.budget.experts import priced_pool
 
-        pool = priced_pool(seed=config.pool.seed, task=task)
+        pool = priced_pool(seed=b.pool.seed, task=task)
     else:
         from masrl.pools.build import build_pool
 
-        pool = build_pool(config, task)
+        pool = build_pool(b.pool, task)
     prices = {name: agent.price for name, agent in pool.items() if isinstance(getattr(agent, "price", None), Price)}
     prices.update({name: Price(p.input_per_1k, p.output_per_1k) for name, p in b.prices.items()})
     unknown = set(b.prices) - set(pool) - {CONTROLLER}
     if unknown:
         raise ConfigError(
-            f"budget.prices names agents that are neither experts nor the controller: {sorted(unknown)}; "
+            f"system.prices names agents that are neither experts nor the controller: {sorted(unknown)}; "
             f"experts: {list(pool)}"
         )
     unpriced = [name for name in pool if name not in prices]
     if unpriced:
-        raise ConfigError(f"experts without a price: {unpriced}; set budget.prices.<name>.input_per_1k / output_per_1k")
+        raise ConfigError(f"experts without a price: {unpriced}; set system.prices.<name>.input_per_1k / output_per_1k")
     modes = tuple(BudgetMode(name, float(B)) for name, B in b.modes.items())
     probs = tuple(float(b.mode_probs.get(m.name, 1.0)) for m in modes)
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)

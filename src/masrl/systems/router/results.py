@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from masrl.routers.evaluation import (
+from masrl.systems.router.evaluation import (
     RouterEval,
     detail_text,
     evaluate_controller,
@@ -15,25 +15,25 @@ from masrl.routers.evaluation import (
     results_table,
     solver_profile,
 )
-from masrl.systems.router import AGENT_PROMPT, CONTROLLER
+from masrl.systems.router.system import AGENT_PROMPT, CONTROLLER
 from masrl.types import TaskItem
 
 
 def router_results(engine, items: Sequence[TaskItem], baselines: Sequence[str] = ()) -> list[RouterEval]:
     """The trained controller first, then each requested baseline ("single" expands to every agent)."""
     rho = engine.system.multipliers.rho
-    solvers = solver_profile(engine.pool, engine.task, items)
-    results = [evaluate_controller(engine.system, engine.eval_agents[CONTROLLER], engine.pool, items, rho, solvers=solvers)]
+    solvers = solver_profile(engine.frozen, engine.task, items)
+    results = [evaluate_controller(engine.system, engine.eval_agents[CONTROLLER], engine.frozen, items, rho, solvers=solvers)]
     for router in baseline_routers(engine, baselines):
-        results.append(evaluate_one_shot(router, engine.pool, engine.task, items, rho, solvers=solvers))
+        results.append(evaluate_one_shot(router, engine.frozen, engine.task, items, rho, solvers=solvers))
     return results
 
 
 def baseline_routers(engine, names: Sequence[str]) -> list:
     """The one-shot routers `names` asks for, fitted on pool-correctness labels of training items."""
-    from masrl.routers import baselines as b
+    from masrl.systems.router import baselines as b
 
-    agents = tuple(engine.pool)
+    agents = tuple(engine.frozen)
     routers: list = []
     if "single" in names:
         routers += [b.SingleAgentRouter(a) for a in agents]
@@ -41,8 +41,8 @@ def baseline_routers(engine, names: Sequence[str]) -> list:
         routers.append(b.RandomRouter(agents, seed=engine.config.run.seed))
     learned = [n for n in names if n in ("classifier", "knn")]
     if learned:
-        train_items = engine.task.items("train", 0, engine.config.router.label_items)
-        labels = b.labels_from_agents(engine.pool, train_items, engine.task, AGENT_PROMPT)
+        train_items = engine.task.items("train", 0, engine.config.system.label_items)
+        labels = b.labels_from_agents(engine.frozen, train_items, engine.task, AGENT_PROMPT)
         embed = b.minilm_embedder()
         if "classifier" in learned:
             routers.append(b.EmbeddingClassifierRouter(embed, labels, seed=engine.config.run.seed))
@@ -53,7 +53,7 @@ def baseline_routers(engine, names: Sequence[str]) -> list:
 
 def router_report(results: Sequence[RouterEval], engine) -> str:
     """The results table, then the controller's turn budget, accuracy by max turns and confusion matrices."""
-    agents = tuple(engine.pool)
+    agents = tuple(engine.frozen)
     rho = engine.system.multipliers.rho
     caps = ", ".join(f"{a} {rho[a]:.2f}" for a in agents)
     return "\n".join([
@@ -76,7 +76,7 @@ def evaluate_router(engine, items: Sequence[TaskItem], full: bool):
     """The controller under the usage caps; `full` adds the one-shot baselines, the report and results.md/json."""
     from masrl.evaluate import SystemEval
 
-    results = router_results(engine, items, baselines=engine.config.router.baselines if full else ())
+    results = router_results(engine, items, baselines=engine.config.system.baselines if full else ())
     c = results[0]
     metrics = {"accuracy": c.accuracy, "cost": c.cost, "calls_per_item": c.calls_per_item,
                "exhausted": c.exhausted, **{f"usage/{k}": v for k, v in c.usage.items()}}  # fmt: skip

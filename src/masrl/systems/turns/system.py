@@ -38,7 +38,7 @@ from typing import Any
 
 from masrl.config import ConfigError
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built
+from masrl.systems.api import Built
 from masrl.tasks.base import TurnTask
 from masrl.tasks.moves import final_segment
 from masrl.tasks.team import mixed_reward
@@ -178,18 +178,18 @@ def _clip(s: str) -> str:
 
 
 def build_turns(config, task) -> Built:
-    """The turn loop over a TurnTask; `turns` section of the config."""
+    """The turn loop over a TurnTask; the config's `system` section."""
     if not isinstance(task, TurnTask):
         raise ConfigError(
             "system.kind 'turns' needs a turn-based task (sudoku, sokoban, planpath, math_turns, code), "
             f"got {task.name!r}"
         )
-    tc = config.turns
+    tc = config.system
     agents = tuple(tc.agents) or tuple(task.roles)
     unknown = sorted(set(agents) - set(task.roles)) + sorted((set(tc.prompts) | set(tc.prefill)) - set(agents))
     if unknown:
         raise ConfigError(
-            f"turns.agents / turns.prompts / turns.prefill name {unknown}; "
+            f"system.agents / system.prompts / system.prefill name {unknown}; "
             f"the roles of task {config.task.kind!r} are {list(task.roles)}"
         )
     fmt = ANSWER_FORMAT.get(config.task.kind, "")

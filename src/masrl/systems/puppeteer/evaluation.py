@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from masrl.puppeteer.topology import episode_graph, to_dot, topology_metrics
+from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 from masrl.rollout.tree import Parallel, rollout
-from masrl.systems.puppeteer import vote_accuracy
+from masrl.systems.puppeteer.system import vote_accuracy
 from masrl.types import Episode, TaskItem
 
 
@@ -82,7 +82,7 @@ def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
     )
 
     def write(run_dir: Path, step: int) -> None:
-        write_graphs(result.episodes, run_dir / "graphs" / f"step{step:05d}", engine.config.puppeteer.graphs)
+        write_graphs(result.episodes, run_dir / "graphs" / f"step{step:05d}", engine.config.system.graphs)
         write_puppeteer_report(run_dir)
 
     return SystemEval(m, line, write=write)

@@ -14,7 +14,7 @@ log(1 + 1/phi) and a late step costs more than an early one of the same size
 
 The update is REINFORCE over the N sampled decisions (eq. 5): the engine's
 `algo.advantage: reinforce` (A = R) or `reinforce_baseline` (A = R - batch
-mean); `masrl.puppeteer.head.reinforce_loss` for the scoring head.
+mean); `masrl.systems.puppeteer.head.reinforce_loss` for the scoring head.
 """
 
 from __future__ import annotations

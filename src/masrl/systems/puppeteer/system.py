@@ -5,7 +5,7 @@ task and every output so far); the agent's output updates the state; the path
 stops when the orchestrator picks the terminator or after `depth` agent steps.
 The sampler draws W parallel paths per task (`sampler.group_size`, the paper's
 width); evaluation aggregates their final answers by majority vote
-(`masrl.puppeteer.vote`). A path's final answer is the last answer any of its
+(`masrl.systems.puppeteer.vote`). A path's final answer is the last answer any of its
 agents stated.
 
 Each step is two calls in the episode tree: the orchestrator's decision (the
@@ -27,7 +27,7 @@ or tokens), in GFLOPs / cost_unit; phi is the depth limit. With `algo.advantage:
 
 Two orchestrator policies: `llm`, a LoRA adapter of the base model that names
 the next agent as <agent>NAME</agent>, and `head`, a frozen encoder with a
-trainable scoring head (masrl.puppeteer.head). The LLM names an agent by its number
+trainable scoring head (masrl.systems.puppeteer.head). The LLM names an agent by its number
 in the prompt's list or by its name; a malformed or unknown choice ends the path
 like the terminator would, and is counted (`format_error`).
 """
@@ -38,12 +38,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from masrl.puppeteer.returns import step_cost
-from masrl.puppeteer.space import TERMINATOR, AgentSpec
-from masrl.puppeteer.topology import topology_metrics
-from masrl.puppeteer.vote import majority_vote
+from masrl.systems.puppeteer.returns import step_cost
+from masrl.systems.puppeteer.space import TERMINATOR, AgentSpec
+from masrl.systems.puppeteer.topology import topology_metrics
+from masrl.systems.puppeteer.vote import majority_vote
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built, Head
+from masrl.systems.api import Built, Head
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Reply, TaskItem
 
@@ -104,7 +104,7 @@ def parse_choice(text: str, actions: Sequence[str]) -> str | None:
 
     Numbers because a small untrained model writes "<agent>3</agent>" far more often than
     a long exact name (SmolLM2-135M named no agent in 12 of 12 probes)."""
-    from masrl.systems.base import match_agent
+    from masrl.systems.api import match_agent
 
     found = _AGENT.findall(text)
     name = (found[0] if found else text).strip()
@@ -238,26 +238,26 @@ def build_puppeteer(config, task: Task) -> Built:
     """The agent space over the configured pool's models, the tools, and the orchestrator policy."""
     from masrl.config import ConfigError
     from masrl.pools.build import build_pool
-    from masrl.puppeteer.space import agent_space, build_tools, list_files, resolve_folder, space_agents
+    from masrl.systems.puppeteer.space import agent_space, build_tools, list_files, resolve_folder, space_agents
 
-    p = config.puppeteer
-    models = build_pool(config, task)
+    p = config.system
+    models = build_pool(p.pool, task)
     try:
         specs = agent_space(list(models), p.patterns, p.tools)
         tools = build_tools(p.tools, p.folder)
     except ValueError as exc:
-        raise ConfigError(f"puppeteer: {exc}") from None
+        raise ConfigError(f"system: {exc}") from None
     files = tuple(list_files(resolve_folder(p.folder))) if p.folder else ()
     per_token: dict[str, float] = {}
     if p.cost == "flops":
         missing = sorted(set(models) - set(p.model_params))
         if missing:
-            raise ConfigError(f"puppeteer.cost 'flops' needs puppeteer.model_params (billions) for {missing}")
+            raise ConfigError(f"system.cost 'flops' needs system.model_params (billions) for {missing}")
         per_token = {s.name: 2.0 * p.model_params[s.model] for s in specs}  # GFLOPs per token
     frozen = space_agents(specs, models, tools)
     system = PuppeteerSystem(
         task, tuple(specs), depth=p.depth, lam=p.lam, cost_unit=p.cost_unit,
-        prefill=config.system.prefill, files=files, per_token=per_token,
+        prefill=p.prefill, files=files, per_token=per_token,
     )  # fmt: skip
     if p.policy == "llm":
         return Built(system, {ORCHESTRATOR: ORCHESTRATOR}, frozen=frozen, stop=("</agent>",))
@@ -265,9 +265,9 @@ def build_puppeteer(config, task: Task) -> Built:
 
 
 def build_head(config, actions: Sequence[str]) -> Head:
-    from masrl.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
+    from masrl.systems.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
 
-    p = config.puppeteer
+    p = config.system
     encode, dim = build_encoder(p.encoder, config.model.name)
     encoder = BatchedEncoder(encode)  # one batcher shared by the sampling and greedy agents
     head = scoring_head(dim, len(actions), p.head_hidden, seed=config.run.seed)

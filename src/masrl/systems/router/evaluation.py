@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from masrl.agents.base import Agent
-from masrl.systems.router import RouterState, RouterSystem
+from masrl.systems.router.system import RouterState, RouterSystem
 from masrl.tasks.base import Task
 from masrl.types import Message, TaskItem
 
@@ -246,8 +246,8 @@ def evaluate_one_shot(
     solvers: Mapping[str, Sequence[bool]] | None = None,
     prompt: str | None = None,
 ) -> RouterEval:
-    """A router with `choose(items) -> [agent]` (masrl.routers.baselines), the chosen agent's draft final."""
-    from masrl.systems.router import AGENT_PROMPT
+    """A router with `choose(items) -> [agent]` (masrl.systems.router.baselines), the chosen agent's draft final."""
+    from masrl.systems.router.system import AGENT_PROMPT
 
     started = time.perf_counter()
     agents = tuple(pool)
@@ -275,8 +275,8 @@ def solver_profile(pool: Mapping[str, Agent], task: Task, items: Sequence[TaskIt
 
     For a simulated or recorded pool this is the same draw the evaluation sees
     (attempt 0 after a reset); for live endpoints it costs one call per agent and item."""
-    from masrl.routers.baselines import labels_from_agents
-    from masrl.systems.router import AGENT_PROMPT
+    from masrl.systems.router.baselines import labels_from_agents
+    from masrl.systems.router.system import AGENT_PROMPT
 
     reset_pool(pool)
     labels = labels_from_agents(pool, items, task, prompt or AGENT_PROMPT)

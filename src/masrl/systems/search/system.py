@@ -45,7 +45,7 @@ from masrl.algos.credit import FINAL, round_robin_groups, trainable_calls
 from masrl.retrieval.corpus import Page
 from masrl.retrieval.index import Retriever, search_many
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.base import Built
+from masrl.systems.api import Built, ConfigError
 from masrl.tasks.search import SearchTask, extract_short_answer, qa_metrics
 from masrl.types import Episode, Message, Reply, TaskItem
 
@@ -292,18 +292,18 @@ def pipeline_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 def build_retriever(task: SearchTask, config) -> Retriever:
     from masrl.retrieval.index import BM25Index, DenseIndex
 
-    sc = config.search
+    sc = config.system
     cache = Path(sc.cache_dir).expanduser() if sc.cache_dir else Path.home() / ".cache" / "masrl" / "retrieval"
     if sc.retriever == "dense":
         return DenseIndex(task.corpus.pages, cache)
     return BM25Index(task.corpus.pages, cache)
 
 
-def build_pipeline(config, task) -> Built:
+def build_search(config, task) -> Built:
     """Rewriter, reranker and answerer all sample from one shared policy (paper: parameter sharing)."""
     if not isinstance(task, SearchTask):
-        raise TypeError("system.kind 'pipeline' needs task.kind 'search'")
-    sc = config.search
+        raise ConfigError(f"system.kind 'search' needs a SearchTask (task.kind: search), got {task.name!r}")
+    sc = config.system
     settings = PipelineSettings(
         top_k=sc.top_k, max_subqueries=sc.max_subqueries, max_docs=sc.max_docs, snippet_chars=sc.snippet_chars,
         answer_max_words=sc.answer_max_words, rewriter_penalty=sc.rewriter_penalty,

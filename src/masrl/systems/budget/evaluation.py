@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from masrl.rollout.tree import Parallel, rollout
-from masrl.systems.budget import ALONE, CONTROLLER, BudgetSystem
-from masrl.types import Episode, Message, Reply, TaskItem
+from masrl.systems.budget.system import ALONE, CONTROLLER, BudgetSystem
+from masrl.types import Episode, Reply, TaskItem
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def evaluate_budget(engine, items: Sequence[TaskItem], full: bool):
     budget_results.md/json and the cost-accuracy plot."""
     from masrl.evaluate import SystemEval
 
-    b = engine.config.budget
+    b = engine.config.system
     results = evaluate_modes(engine.system, engine.eval_agents, items, b.eval_modes)
     metrics = eval_metrics(results)
     line = ", ".join(f"{r.mode} acc {r.accuracy:.3f} ${r.mean_cost:.5f}/query" for r in results)

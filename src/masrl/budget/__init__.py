@@ -1,1 +1,0 @@
-"""Evaluation of the budget-controllable controller (masrl.systems.budget)."""

@@ -1,0 +1,45 @@
+"""The `pool` part of a system's config: the frozen agents a router coordinates, a budget controller's
+experts (`experts: pool`), or the models an orchestrator's agent space is built from."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from masrl.config import Section
+
+
+class PoolAgentConfig(Section):
+    """One agent of a pool; list the pool weak to strong."""
+
+    name: str
+    backend: Literal["openai", "hf", "replay", "simulated"]
+    model: str | None = Field(None, description="openai: model id; hf: 'smollm2', 'tiny', a directory or hub id")
+    base_url: str | None = Field(None, description="openai: e.g. http://localhost:8000/v1")
+    api_key_env: str | None = Field(None, description="openai: environment variable holding the key")
+    path: str | None = Field(None, description="replay: recorded JSONL file")
+    ability: float | None = Field(None, description="simulated: item-response ability (masrl/pools/simulated.py)")
+    price_in: float = Field(0.0, ge=0.0, description="dollars per 1k input tokens")
+    price_out: float = Field(0.0, ge=0.0, description="dollars per 1k output tokens")
+    max_new_tokens: int = Field(256, gt=0, description="hf: reply length limit")
+
+
+class PoolConfig(Section):
+    kind: Literal["simulated", "champ", "agents"] = Field(
+        "simulated", description="simulated: calibrated SIMULATED pool; champ: recorded CHAMP pool; agents: the list"
+    )
+    simulated: str = Field("three", description="which simulated pool (three, two)")
+    seed: int = Field(0, description="seed of the simulated pool's draws")
+    agents: list[PoolAgentConfig] = Field(default_factory=list, description="kind=agents: the pool, weak to strong")
+
+
+def check_pool(pool: PoolConfig, task_kind: str, needs_agents: bool) -> None:
+    """Cross-checks of a system's pool with the task (ValueError, reported as a config error)."""
+    if pool.kind == "champ" and task_kind != "champ":
+        raise ValueError("system.pool.kind 'champ' replays CHAMP problems: set task.kind: champ and task.path")
+    if pool.kind == "agents" and needs_agents and not pool.agents:
+        raise ValueError("system.pool.kind 'agents' needs system.pool.agents: a list of agents, weak to strong")
+    names = [a.name for a in pool.agents]
+    if len(set(names)) != len(names):
+        raise ValueError(f"system.pool.agents has duplicate names: {names}")

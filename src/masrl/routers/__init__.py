@@ -1,1 +1,0 @@
-"""Routing over an agent pool: the critique-and-routing controller's one-shot baselines and their evaluation."""

@@ -1,0 +1,128 @@
+"""The public API of a system: what a system is, what it hands the engine, what it may read.
+
+A system is a state machine over calls (`System`: `start`, `next_step`, `advance`; see
+masrl/rollout/tree.py). It declares itself with one `SystemSpec`: its `kind`, its config model
+(a `SystemSection` subclass: the run config's `system` section), a builder `build(config, task)
+-> Built`, and optionally its own evaluation, cross-checks against the engine sections, the
+sampler rules it supports, and CLI commands. The engine finds a spec by `system.kind`:
+
+- a built-in name (`masrl.systems.BUILTIN`),
+- a dotted path `package.module:OBJECT` to a `SystemSpec`,
+- or the name of an entry point in the group `masrl.systems` of an installed package.
+
+What a system may read from the engine: the typed `config` (every engine section and its own
+`config.system`), the `task` it is built for, and in its evaluation the `Engine` (`eval_agents`,
+`frozen`, `task`, `system`, `config`). A system never sees models, optimisers or the algorithm
+that trains it; the builder's `Built` says which agent names are trainable and which policy
+(LoRA adapter) each samples from (several roles can share one policy, `{"coder": "shared",
+"tester": "shared"}`, or have one each). Frozen agents (a pool, priced experts, tools) come
+ready-made. A trainable policy that is not a LoRA adapter of the base model (a small scoring
+head over agents, as in the Puppeteer orchestrator) comes as a `Head`: its sampling and greedy
+agents and the learner that updates it.
+
+Optional hooks the loop calls on the system object when present: `observe(episodes) -> metrics`
+after each step's sampling (e.g. usage and dual ascent), `state_dict()` / `load_state_dict(d)`
+for state that must survive a checkpoint, and `eval_metrics(episodes)` for metrics of its own in
+the default evaluation. docs/api.md walks through a complete example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from masrl.agents.base import Agent
+from masrl.config import Config, ConfigError, SystemSection
+from masrl.evaluate import SystemEval, evaluate_episodes
+from masrl.rollout.tree import Step, System, Transition
+from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
+from masrl.tasks.rewards import format_reward, reward_terms
+from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
+
+__all__ = [
+    "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
+    "Message", "Price", "Reply", "Step", "System", "SystemEval", "SystemSection", "SystemSpec", "Task", "TaskItem",
+    "TaskFamily", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "match_agent",
+    "reward_terms",
+]  # fmt: skip
+
+# Sampler rules (sampler.rule) that need nothing of a system beyond the System protocol.
+GENERAL_RULES: tuple[str, ...] = ("parallel", "full_tree", "fork_on_first", "per_turn_greedy")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A `masrl` subcommand a system adds (e.g. building its pool's data file)."""
+
+    help: str
+    arguments: Callable[[Any], None]  # adds its arguments to an argparse parser
+    run: Callable[[Any], int]  # parsed arguments -> exit code
+
+
+@dataclass(frozen=True)
+class Legacy:
+    """Where a built-in system's settings lived before systems became packages (config.migrate)."""
+
+    sections: Mapping[str, str] = field(default_factory=dict)  # old top-level section -> key in system ("" = flat)
+    system_keys: tuple[str, ...] = ()  # old `system.*` keys that were this system's
+    moves: Mapping[str, str] = field(default_factory=dict)  # old dotted key -> new dotted key
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """Everything the engine needs to know of a system; one per system, found by `system.kind`."""
+
+    kind: str
+    config: type[SystemSection]  # the `system` section's model
+    build: Callable[[Config, Task], "Built"]
+    summary: str = ""  # one line for `masrl systems`
+    evaluate: Callable[[Any, Sequence[TaskItem], bool], SystemEval] | None = None  # None: greedy episodes
+    check: Callable[[Config], None] | None = None  # cross-checks with the engine sections; raise ValueError
+    rules: tuple[str, ...] = GENERAL_RULES  # the sampler rules it supports
+    own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
+    commands: Mapping[str, Command] = field(default_factory=dict)
+    legacy: Legacy = Legacy()
+
+
+@dataclass(frozen=True)
+class Head:
+    """A trainable policy outside the base model: agents that sample and act greedily, and its learner."""
+
+    agent: Agent
+    eval_agent: Agent
+    learner: Any  # masrl.learners.Learner (not imported: learners imports the model stack)
+
+
+@dataclass(frozen=True)
+class Built:
+    system: System
+    policies: Mapping[str, str]  # agent name the system calls -> trainable policy it samples from
+    frozen: Mapping[str, Agent] = field(default_factory=dict)  # agents that are not trained
+    stop: tuple[str, ...] = ()  # stop strings of the trainable agents' generation
+    heads: Mapping[str, Head] = field(default_factory=dict)  # agent name (= its policy name) -> non-LoRA policy
+
+    def __post_init__(self):
+        clash = (set(self.policies) & set(self.frozen)) | (set(self.heads) & (set(self.policies) | set(self.frozen)))
+        if clash:
+            raise ValueError(f"agent names are both trainable and frozen: {sorted(clash)}")
+        if not self.policies and not self.heads:
+            raise ValueError("a system needs at least one trainable agent")
+
+    @property
+    def policy_names(self) -> list[str]:
+        """The distinct policies, in first-mention order."""
+        return list(dict.fromkeys(self.policies.values()))
+
+
+def match_agent(name: str, agents: Sequence[str]) -> str | None:
+    """The agent of `agents` that `name` refers to (a router's pool, a budget controller's experts, an
+    orchestrator's actions): exact, case-insensitive, or the one agent it is a unique part of."""
+    name = name.strip().strip("\"'`").strip()
+    if not name:
+        return None
+    lower = {a.lower(): a for a in agents}
+    if name.lower() in lower:
+        return lower[name.lower()]
+    partial = [a for a in agents if name.lower() in a.lower()]
+    return partial[0] if len(partial) == 1 else None

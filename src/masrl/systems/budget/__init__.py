@@ -1,0 +1,31 @@
+"""The budget-controllable controller, CoRL (corl-budget-controller.txt), in one package:
+
+- `config`: its `system` section (modes and budgets, protocol, prices, reward, experts);
+- `system`: the controller's state machine (answer, or call a priced expert; the mode in the
+  prompt), its rewards r = r_perf * [cost <= B] (hard) or the soft variant, as pure functions;
+- `experts`: the priced three-expert simulated pool it trains against by default;
+- `evaluation`: per-mode evaluation with the reference rows (each expert alone, random).
+"""
+
+from __future__ import annotations
+
+from masrl.systems.api import Legacy, SystemSpec
+from masrl.systems.budget.config import BudgetConfig, check_budget
+from masrl.systems.budget.system import build_budget
+
+
+def _evaluate(engine, items, full):
+    from masrl.systems.budget.evaluation import evaluate_budget
+
+    return evaluate_budget(engine, items, full)
+
+
+SYSTEM = SystemSpec(
+    kind="budget",
+    config=BudgetConfig,
+    build=build_budget,
+    summary="a controller answers or calls priced experts within a budget mode written in its prompt (CoRL)",
+    evaluate=_evaluate,
+    check=check_budget,
+    legacy=Legacy(sections={"budget": "", "pool": "pool"}),
+)

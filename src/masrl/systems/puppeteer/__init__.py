@@ -1,0 +1,36 @@
+"""The evolving orchestrator, Puppeteer (puppeteer-orchestration.txt), in one package:
+
+- `config`: its `system` section (agent space, policy, depth, cost weight lambda, the pool);
+- `system`: the orchestrator's state machine (pick one agent per step from the whole state until
+  the terminator or the depth limit; W parallel paths, majority vote);
+- `space`: the agent space (models x reasoning patterns x tools, plus the terminator) and tools;
+- `returns`: R_t = gamma R_(t+1) - lambda C_t, C_t = F log(1 + t/phi) (pure functions);
+- `head`: the scoring-head policy (frozen encoder + trainable head, REINFORCE);
+- `vote`, `topology`: majority vote; graph density and cycles of the orchestration;
+- `evaluation`: W-path evaluation with topology and orchestration graphs;
+- `notes/`: the few math notes its file-reading and search tools open.
+"""
+
+from __future__ import annotations
+
+from masrl.systems.api import Legacy, SystemSpec
+from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer
+from masrl.systems.puppeteer.system import build_puppeteer
+
+
+def _evaluate(engine, items, full):
+    from masrl.systems.puppeteer.evaluation import evaluate_orchestrator
+
+    return evaluate_orchestrator(engine, items, full)
+
+
+SYSTEM = SystemSpec(
+    kind="puppeteer",
+    config=PuppeteerConfig,
+    build=build_puppeteer,
+    summary="an orchestrator picks the next agent (model x pattern x tool) until it stops; cost-aware returns",
+    evaluate=_evaluate,
+    check=check_puppeteer,
+    rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
+    legacy=Legacy(sections={"puppeteer": "", "pool": "pool"}, system_keys=("prefill",)),
+)

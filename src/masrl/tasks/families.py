@@ -1,0 +1,76 @@
+"""The built-in task families: how each turns the config's `task` section into a `Task`.
+
+Each builder reads the section (masrl.config.TaskConfig) and imports its task module only when
+used. Option mistakes surface as ValueError or TypeError, which `build_task` turns into one
+config error naming the family.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from masrl.tasks.base import Task, TaskFamily
+
+
+def _math(spec: Any) -> Task:
+    from masrl.tasks.math import MathTask, MixedMathTask
+
+    if spec.difficulty == "mixed":
+        return MixedMathTask(spec.dataset, seed=spec.seed, config=dict(spec.config))
+    return MathTask(dataset=spec.dataset, seed=spec.seed, difficulty=spec.difficulty, config=dict(spec.config))
+
+
+def _jsonl(spec: Any) -> Task:
+    from masrl.tasks.jsonl import JsonlTask
+
+    return JsonlTask(spec.path, seed=spec.seed)
+
+
+def _search(spec: Any) -> Task:
+    from masrl.tasks.search import SearchTask, load_corpus
+
+    options = dict(spec.config)
+    known = ("pages", "train_questions", "eval_questions", "synthetic")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"unknown options {unknown}; known: {', '.join(known)}")
+    corpus = load_corpus(options.get("pages"), options.get("train_questions"), options.get("eval_questions"),
+                         options.get("synthetic") or {}, spec.seed)  # fmt: skip
+    return SearchTask(corpus)
+
+
+def _math_turns(spec: Any) -> Task:
+    from masrl.tasks.mathturn import MathTurnTask
+
+    difficulty = "easy" if spec.difficulty == "mixed" else spec.difficulty
+    return MathTurnTask(dataset=spec.dataset, seed=spec.seed, difficulty=difficulty, **spec.config)
+
+
+def _turn_task(module: str, name: str):
+    """A turn-based environment whose constructor takes the seed and `task.config` as keywords."""
+
+    def build(spec: Any) -> Task:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(seed=spec.seed, **spec.config)
+
+    return build
+
+
+MATH = TaskFamily(_math, "reasoning-gym problems (task.dataset, task.difficulty; task.config: generator options)")
+JSONL = TaskFamily(_jsonl, "your question/answer JSONL file (task.path)", needs_path=True)
+SEARCH = TaskFamily(
+    _search, "multi-hop questions over a corpus (the synthetic encyclopedia, or task.config pages + questions)",
+    system="search",
+)  # fmt: skip
+SUDOKU = TaskFamily(_turn_task("masrl.tasks.sudoku", "SudokuTask"), "Sudoku (task.config: size, blanks)", "turns")
+SOKOBAN = TaskFamily(_turn_task("masrl.tasks.sokoban", "SokobanTask"), "Sokoban (task.config: size, boxes, ...)", "turns")
+PLANPATH = TaskFamily(
+    _turn_task("masrl.tasks.planpath", "PlanPathTask"),
+    "grid path planning (task.config: height, width, wall_density, min_distance)", "turns",
+)  # fmt: skip
+MATH_TURNS = TaskFamily(_math_turns, "reasoning-gym math for a reasoner and a Python tool agent", "turns")
+CODE = TaskFamily(
+    _turn_task("masrl.tasks.code", "CodeTask"), "coding problems with executed unit tests (task.config: families, "
+    "timeout)", "turns",
+)  # fmt: skip
