@@ -11,18 +11,8 @@ from masrl.algos.gae import token_gae, trajectories
 from masrl.systems.budget.evaluation import baselines_table, evaluate_baselines, modes_table, subsets_table, summarise_mode
 from masrl.systems.budget.experts import CORL_EXPERTS, PAPER_PRICES, priced_pool
 from masrl.rollout.tree import Parallel, expand
-from masrl.systems.budget.system import (
-    PAPER_BUDGETS,
-    BudgetMode,
-    BudgetSystem,
-    RewardSettings,
-    budget_reward,
-    call_cost,
-    option_order,
-    draw_mode,
-    parse_action,
-    path_cost,
-)
+from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost, path_cost
+from masrl.systems.budget.system import PAPER_BUDGETS, BudgetMode, BudgetSystem, draw_mode, option_order, parse_action
 from masrl.types import Message, Price, Reply, TaskItem
 
 EXPERTS = ("cheap", "pricey")

@@ -2,7 +2,8 @@
 
 - `config`: its `system` section (modes and budgets, protocol, prices, reward, experts);
 - `system`: the controller's state machine (answer, or call a priced expert; the mode in the
-  prompt), its rewards r = r_perf * [cost <= B] (hard) or the soft variant, as pure functions;
+  prompt), its protocol parser and mode draw;
+- `rewards`: cost from the price table, r = r_perf * [cost <= B] (hard) or the soft variant;
 - `experts`: the priced three-expert simulated pool it trains against by default;
 - `evaluation`: per-mode evaluation with the reference rows (each expert alone, random).
 """

@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
 from masrl.systems.api import Built, match_agent
+from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Price, Reply, TaskItem
 
@@ -146,18 +147,6 @@ def option_order(seed: int, task_id: str, n: int) -> list[int]:
     return sorted(range(n), key=lambda i: keys[i])
 
 
-def call_cost(prices: Mapping[str, Price], agent: str, tokens_in: int, tokens_out: int) -> float:
-    """Dollars for one call of `agent` from the price table; an agent not in the table is free
-    (the local controller, unless the table prices it)."""
-    price = prices.get(agent)
-    return price.cost(tokens_in, tokens_out) if price is not None else 0.0
-
-
-def path_cost(prices: Mapping[str, Price], calls: Sequence) -> float:
-    """Dollars spent along a trajectory: the priced sum over its calls' reported tokens."""
-    return sum(call_cost(prices, c.agent, c.reply.tokens_in, c.reply.tokens_out) for c in calls if c.reply is not None)
-
-
 # ---------------------------------------------------------------- the action
 @dataclass(frozen=True)
 class Action:
@@ -204,34 +193,6 @@ def parse_action(
     if not can_call:
         return Action("format_error", expert=expert, reason="a call in the last round")
     return Action("call", expert=expert, query=query.strip())
-
-
-# ---------------------------------------------------------------- rewards
-@dataclass(frozen=True)
-class RewardSettings:
-    kind: str = "hard"  # "hard" | "soft"
-    soft_penalty: float = 0.5
-    format_weight: float = 0.0
-
-
-def budget_reward(correct: bool, cost: float, budget: float, formatted: bool, s: RewardSettings) -> dict[str, float]:
-    """Both rewards of a finished episode (sec. 3.3 eqs. 5-7, and the soft variant) and the trained one.
-
-    Returns components: correct, cost, within_budget, hard, soft, format_error, and `reward`."""
-    perf = float(correct)
-    within = float(cost <= budget)
-    hard = perf * within
-    soft = perf - s.soft_penalty * cost / budget
-    chosen = hard if s.kind == "hard" else soft
-    return {
-        "correct": perf,
-        "cost": cost,
-        "within_budget": within,
-        "hard": hard,
-        "soft": soft,
-        "format_error": float(not formatted),
-        "reward": chosen + s.format_weight * float(formatted),
-    }
 
 
 # ---------------------------------------------------------------- the system
