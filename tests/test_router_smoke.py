@@ -111,3 +111,11 @@ def test_router_over_real_llm_agents_local_and_http(tmp_path, capsys):
     assert remote["cost"] > 0  # priced per token as the endpoint reported them
     assert results["single:local"]["usage"] == {"local": 1.0, "remote": 0.0} and results["single:local"]["cost"] > 0
     assert results["masrl controller"]["items"] == 6
+
+
+def test_the_routers_own_command_builds_the_champ_pool(tmp_path, capsys):
+    """`masrl champ-pool OUT`: a command the router's SystemSpec adds to the CLI."""
+    pytest.importorskip("champ_dataset")
+    out = tmp_path / "pool.jsonl"
+    assert main(["champ-pool", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 270 and "GPT-4 Turbo" in capsys.readouterr().out

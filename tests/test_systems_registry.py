@@ -104,6 +104,15 @@ def test_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch,
         resolve_system.cache_clear()
 
 
+def test_a_task_family_resolves_by_dotted_path_too():
+    from masrl.tasks import resolve_task
+
+    wc = pytest.importorskip("masrl_writer_critic", reason="scripts/setup.sh installs examples/writer-critic")
+    assert resolve_task("masrl_writer_critic:LIST_SUM") is resolve_task("list-sum") is wc.LIST_SUM
+    with pytest.raises(ConfigError, match="task.kind: 'masrl_writer_critic:SYSTEM' is a SystemSpec, not a task family"):
+        resolve_task("masrl_writer_critic:SYSTEM")
+
+
 def test_an_old_layout_config_loads_as_the_new_one_and_says_what_moved(tmp_path, capsys):
     old = tmp_path / "old.yaml"
     old.write_text(

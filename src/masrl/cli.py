@@ -46,10 +46,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _system_commands() -> dict:
-    """`masrl NAME` commands that built-in systems add (SystemSpec.commands): name -> (spec, command)."""
-    from masrl.systems import builtin_systems
+    """`masrl NAME` commands that systems add (SystemSpec.commands), built in and installed: name ->
+    (spec, command). The first to claim a name keeps it; masrl's own commands come before all."""
+    from masrl.systems import available_systems
 
-    return {name: (spec, cmd) for spec in builtin_systems().values() for name, cmd in spec.commands.items()}
+    commands: dict = {}
+    for _, _, spec, _ in available_systems():
+        for name, cmd in (spec.commands if spec is not None else {}).items():
+            if name not in _COMMANDS:
+                commands.setdefault(name, (spec, cmd))
+    return commands
 
 
 def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:

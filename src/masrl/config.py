@@ -47,8 +47,8 @@ class ModelConfig(Section):
 
 class TaskConfig(Section):
     kind: str = Field(
-        "math", description="a task family: built in (`masrl systems` lists them: math, jsonl, champ, search, sudoku, "
-        "sokoban, planpath, math_turns, code), 'package.module:OBJECT', or an installed plugin's name"
+        "math", description="a task family: built in (`masrl systems` lists them), 'package.module:OBJECT', or an "
+        "installed plugin's name"
     )
     dataset: str = Field("basic_arithmetic", description="reasoning-gym dataset name (kind=math)")
     difficulty: Literal["easy", "medium", "hard", "mixed"] = Field(
@@ -293,9 +293,9 @@ def validate(data: dict, source: str = "config") -> Config:
 def migrate(data: dict) -> list[str]:
     """Move a config written before systems became packages into the current layout, in place.
 
-    Then each system had a top-level section of its own, named after it, beside `system: {kind,
-    prompt, max_turns, prefill}` and a shared pool section; now all of it is the one `system`
-    section. Each built-in system says which old sections are its own (`SystemSpec.legacy`); the
+    Then each system had a top-level section of its own, named after it, beside a `system`
+    section of a few keys of several systems (`Legacy.system_keys`) and a shared pool section;
+    now all of it is the one `system` section. Each built-in system says which old sections are its own (`SystemSpec.legacy`); the
     sections of other systems (every old run directory saved all of them) are dropped. Returns one
     note per move, for the user: what moved where.
     """

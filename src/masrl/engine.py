@@ -1,6 +1,6 @@
 """Build the parts a config names: model, policies, generation service, task, system, sampler.
 
-`build_engine(config)` is the only place that turns config strings into
+`build_engine(config)` is the only place that makes config strings into
 objects; the training loop and evaluation receive the assembled `Engine`.
 The system's builder (its `SystemSpec`, found by `masrl.systems.resolve_system`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA

@@ -3,7 +3,7 @@
 One step:
 1. sample  - expand an episode tree for each task of the batch (the sampler's
              branching rule; generation batched across all episodes);
-2. score   - credit turns the tree's rewards into a return per call;
+2. score   - credit converts the tree's rewards into a return per call;
 3. advantage - calls are grouped (which calls compare) and the advantage
              estimator normalises returns within each group; or, with
              `algo.advantage: gae` (PPO), the value model scores every
