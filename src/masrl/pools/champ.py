@@ -121,8 +121,8 @@ from typing import Any
 
 from masrl.agents.base import approx_tokens
 from masrl.pools.simulated import ItemIndex
-from masrl.types import AgentError, Message, Price, Reply, TaskItem
 from masrl.tasks.base import TaskFamily
+from masrl.types import AgentError, Message, Price, Reply, TaskItem
 
 PROMPT = "0-Shot"
 ANSWER_JOINT = "\n\nFinal answer: "

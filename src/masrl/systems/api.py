@@ -28,6 +28,7 @@ the default evaluation. docs/api.md walks through a complete example.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
 __all__ = [
     "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
     "Message", "Price", "Reply", "Step", "System", "SystemEval", "SystemSection", "SystemSpec", "Task", "TaskItem",
-    "TaskFamily", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "match_agent",
+    "TaskFamily", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent",
     "reward_terms",
 ]  # fmt: skip
 
@@ -83,6 +84,18 @@ class SystemSpec:
     own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
     commands: Mapping[str, Command] = field(default_factory=dict)
     legacy: Legacy = Legacy()
+
+
+def lazy(target: str) -> Callable:
+    """The function at "module:name", imported at its first call: a spec can name its evaluation
+    without loading the evaluation's imports (baselines, plotting) whenever the system is resolved."""
+
+    def call(*args, **kwargs):
+        module, _, name = target.partition(":")
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = f"lazy({target!r})"
+    return call
 
 
 @dataclass(frozen=True)

@@ -10,23 +10,16 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, SystemSpec
+from masrl.systems.api import Legacy, SystemSpec, lazy
 from masrl.systems.budget.config import BudgetConfig, check_budget
 from masrl.systems.budget.system import build_budget
-
-
-def _evaluate(engine, items, full):
-    from masrl.systems.budget.evaluation import evaluate_budget
-
-    return evaluate_budget(engine, items, full)
-
 
 SYSTEM = SystemSpec(
     kind="budget",
     config=BudgetConfig,
     build=build_budget,
     summary="a controller answers or calls priced experts within a budget mode written in its prompt (CoRL)",
-    evaluate=_evaluate,
+    evaluate=lazy("masrl.systems.budget.evaluation:evaluate_budget"),
     check=check_budget,
     legacy=Legacy(sections={"budget": "", "pool": "pool"}),
 )

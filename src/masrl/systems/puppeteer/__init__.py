@@ -13,23 +13,16 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, SystemSpec
+from masrl.systems.api import Legacy, SystemSpec, lazy
 from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer
 from masrl.systems.puppeteer.system import build_puppeteer
-
-
-def _evaluate(engine, items, full):
-    from masrl.systems.puppeteer.evaluation import evaluate_orchestrator
-
-    return evaluate_orchestrator(engine, items, full)
-
 
 SYSTEM = SystemSpec(
     kind="puppeteer",
     config=PuppeteerConfig,
     build=build_puppeteer,
     summary="an orchestrator picks the next agent (model x pattern x tool) until it stops; cost-aware returns",
-    evaluate=_evaluate,
+    evaluate=lazy("masrl.systems.puppeteer.evaluation:evaluate_orchestrator"),
     check=check_puppeteer,
     rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
     legacy=Legacy(sections={"puppeteer": "", "pool": "pool"}, system_keys=("prefill",)),

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.puppeteer.system import vote_accuracy
+from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 from masrl.types import Episode, TaskItem
 
 

@@ -38,12 +38,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from masrl.rollout.tree import Step, Transition
+from masrl.systems.api import Built, Head
 from masrl.systems.puppeteer.returns import step_cost
 from masrl.systems.puppeteer.space import TERMINATOR, AgentSpec
 from masrl.systems.puppeteer.topology import topology_metrics
 from masrl.systems.puppeteer.vote import majority_vote
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.api import Built, Head
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Reply, TaskItem
 

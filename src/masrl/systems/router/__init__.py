@@ -12,15 +12,9 @@ Its pools (simulated, recorded CHAMP, your own agents) are shared with other sys
 
 from __future__ import annotations
 
-from masrl.systems.api import Command, Legacy, SystemSpec
+from masrl.systems.api import Command, Legacy, SystemSpec, lazy
 from masrl.systems.router.config import RouterConfig, check_router
 from masrl.systems.router.system import build_router
-
-
-def _evaluate(engine, items, full):
-    from masrl.systems.router.results import evaluate_router
-
-    return evaluate_router(engine, items, full)
 
 
 def _champ_pool_arguments(parser) -> None:
@@ -38,7 +32,7 @@ SYSTEM = SystemSpec(
     config=RouterConfig,
     build=build_router,
     summary="a controller routes each problem to a pool agent, verifies drafts, escalates (critique-routing paper)",
-    evaluate=_evaluate,
+    evaluate=lazy("masrl.systems.router.results:evaluate_router"),
     check=check_router,
     commands={
         "champ-pool": Command("build the recorded CHAMP agent pool file (needs champ-dataset)",
