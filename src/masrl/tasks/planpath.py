@@ -36,11 +36,10 @@ from functools import cached_property
 from pathlib import Path
 from random import Random
 
-from masrl.tasks.base import check_split
+from masrl.tasks.grid import GameRules, GridGame
 from masrl.tasks.moves import MOVES, parse_moves
 from masrl.tasks.procedural import Instance, ProceduralSplits
 from masrl.tasks.team import RewardDesign, RewardParts
-from masrl.tasks.tools import ToolRun
 from masrl.types import TaskItem
 
 Cell = tuple[int, int]
@@ -237,12 +236,23 @@ def maze_of(item: TaskItem) -> Maze:
     return Maze(tuple(md["rows"]), tuple(md["start"]), tuple(md["goal"]))
 
 
-class PlanPathTask:
+def start_state(item: TaskItem) -> PathState:
+    maze = maze_of(item)
+    return PathState(maze, maze.start)
+
+
+def at_goal(state: PathState) -> bool:
+    return state.pos == state.maze.goal
+
+
+class PlanPathTask(GridGame):
     """Seeded Plan-Path grids; the answer of an item is one shortest move list."""
 
-    roles = ("tool", "planner")
-    commits = ("planner",)  # the planner decides the executed action; the tool's output only informs it
     design = DESIGN
+    rules = GameRules(
+        parse=parse_moves, answer_text=" ".join, reset=start_state, step=step, solved=at_goal, describe=describe,
+        reward_parts=reward_parts,
+    )  # fmt: skip
 
     def __init__(
         self, seed: int = 0, height: int = 10, width: int = 10, wall_density: float = 0.25, min_distance: int = 4,
@@ -254,7 +264,6 @@ class PlanPathTask:
             raise ValueError(f"wall_density must be in [0, 0.6), got {wall_density}")
         if not 1 <= min_distance <= height + width - 2:
             raise ValueError(f"min_distance must be in [1, {height + width - 2}], got {min_distance}")
-        self.name = f"planpath{height}x{width}"
 
         def make(rng: Random) -> Instance:
             maze = generate(rng, height, width, wall_density, min_distance)
@@ -263,47 +272,13 @@ class PlanPathTask:
             md["shortest"] = maze.distance[maze.start]
             return Instance(describe(state), " ".join(maze.shortest_path(maze.start)), md)
 
-        self.splits = ProceduralSplits(self.name, make, seed, eval_fraction)
+        name = f"planpath{height}x{width}"
+        super().__init__(name, ProceduralSplits(name, make, seed, eval_fraction))
         self.extra_eval = load_evals_mazes(evals_mazes) if evals_mazes else None
 
     def items(self, split: str, start: int, count: int) -> list[TaskItem]:
         """Train: generated grids. Eval: held-out generated grids, or the `evals` package's mazes
         when `evals_mazes` names their file."""
-        check_split(split)
         if split == "eval" and self.extra_eval is not None:
             return self.extra_eval[start : start + count]
-        return self.splits.items(split, start, count)
-
-    # -- single-answer grading (Task protocol): the whole move list from the start
-    def extract_answer(self, text: str) -> str | None:
-        moves = parse_moves(text)
-        return None if moves is None else " ".join(moves)
-
-    def score(self, item: TaskItem, answer: str) -> float:
-        state = self.reset(item)
-        return 1.0 if self.solved(step(state, parse_moves(answer)).state) else 0.0
-
-    # -- environment (TurnTask protocol)
-    def reset(self, item: TaskItem) -> PathState:
-        maze = maze_of(item)
-        return PathState(maze, maze.start)
-
-    def parse(self, text: str) -> tuple[str, ...] | None:
-        return parse_moves(text)
-
-    def step(self, state: PathState, role: str, action: tuple[str, ...] | None) -> PathOutcome:
-        return step(state, action)
-
-    def done(self, state: PathState) -> bool:
-        return self.solved(state)
-
-    def solved(self, state: PathState) -> bool:
-        return state.pos == state.maze.goal
-
-    def observe(self, state: PathState) -> str:
-        return describe(state)
-
-    def reward_parts(
-        self, role: str, before: PathState, outcome: PathOutcome, run: ToolRun | None = None
-    ) -> RewardParts:
-        return reward_parts(role, before, outcome)
+        return super().items(split, start, count)

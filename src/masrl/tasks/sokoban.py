@@ -31,11 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from random import Random
 
-from masrl.tasks.base import check_split
+from masrl.tasks.grid import GameRules, GridGame
 from masrl.tasks.moves import MOVES, parse_moves
 from masrl.tasks.procedural import Instance, ProceduralSplits
 from masrl.tasks.team import RewardDesign, RewardParts
-from masrl.tasks.tools import ToolRun
 from masrl.types import TaskItem
 
 Cell = tuple[int, int]
@@ -230,12 +229,14 @@ def state_of(item: TaskItem) -> SokobanState:
     return SokobanState(room, tuple(md["player"]), frozenset(map(tuple, md["boxes"])))
 
 
-class SokobanTask:
+class SokobanTask(GridGame):
     """Seeded Sokoban rooms made by reverse play; the answer of an item is a shortest solution."""
 
-    roles = ("tool", "planner")
-    commits = ("planner",)  # the planner decides the executed action; the tool's output only informs it
     design = DESIGN
+    rules = GameRules(
+        parse=parse_moves, answer_text=" ".join, reset=state_of, step=step, solved=solved, describe=describe,
+        reward_parts=reward_parts,
+    )  # fmt: skip
 
     def __init__(
         self, seed: int = 0, size: int = 6, boxes: int = 1, inner_walls: int = 2, reverse_steps: int = 40,
@@ -247,7 +248,6 @@ class SokobanTask:
             raise ValueError(f"{boxes} boxes and {inner_walls} inner walls do not fit a {size} x {size} room")
         if not 0.0 < pull_prob <= 1.0 or reverse_steps < 1 or not 1 <= min_moves <= reverse_steps:
             raise ValueError("pull_prob must be in (0, 1], reverse_steps >= 1, 1 <= min_moves <= reverse_steps")
-        self.name = f"sokoban{size}x{size}"
 
         def make(rng: Random) -> Instance:
             while True:  # redraw (same rng) until the room needs at least min_moves moves
@@ -265,38 +265,5 @@ class SokobanTask:
             }
             return Instance(describe(state), " ".join(solution), md)
 
-        self.splits = ProceduralSplits(self.name, make, seed, eval_fraction)
-
-    def items(self, split: str, start: int, count: int) -> list[TaskItem]:
-        check_split(split)
-        return self.splits.items(split, start, count)
-
-    def extract_answer(self, text: str) -> str | None:
-        moves = parse_moves(text)
-        return None if moves is None else " ".join(moves)
-
-    def score(self, item: TaskItem, answer: str) -> float:
-        return 1.0 if solved(step(self.reset(item), parse_moves(answer)).state) else 0.0
-
-    def reset(self, item: TaskItem) -> SokobanState:
-        return state_of(item)
-
-    def parse(self, text: str) -> tuple[str, ...] | None:
-        return parse_moves(text)
-
-    def step(self, state: SokobanState, role: str, action: tuple[str, ...] | None) -> SokobanOutcome:
-        return step(state, action)
-
-    def done(self, state: SokobanState) -> bool:
-        return self.solved(state)
-
-    def solved(self, state: SokobanState) -> bool:
-        return solved(state)
-
-    def observe(self, state: SokobanState) -> str:
-        return describe(state)
-
-    def reward_parts(
-        self, role: str, before: SokobanState, outcome: SokobanOutcome, run: ToolRun | None = None
-    ) -> RewardParts:
-        return reward_parts(role, before, outcome)
+        name = f"sokoban{size}x{size}"
+        super().__init__(name, ProceduralSplits(name, make, seed, eval_fraction))

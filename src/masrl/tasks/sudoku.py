@@ -32,11 +32,10 @@ import re
 from dataclasses import dataclass
 from random import Random
 
-from masrl.tasks.base import check_split
+from masrl.tasks.grid import GameRules, GridGame
 from masrl.tasks.moves import final_segment
 from masrl.tasks.procedural import Instance, ProceduralSplits
 from masrl.tasks.team import RewardDesign, RewardParts
-from masrl.tasks.tools import ToolRun
 from masrl.types import TaskItem
 
 Grid = tuple[tuple[int, ...], ...]
@@ -242,11 +241,19 @@ def grid_json(grid: Grid) -> str:
     return json.dumps([list(row) for row in grid], separators=(",", ":"))
 
 
-class SudokuTask:
-    """Seeded N x N Sudoku puzzles with unique solutions; the answer is the solution grid as JSON."""
+def start_state(item: TaskItem) -> SudokuState:
+    puzzle = tuple(tuple(row) for row in item.metadata["puzzle"])
+    return SudokuState(puzzle, puzzle)
 
-    roles = ("tool", "planner")
-    commits = ("planner",)  # the planner decides the executed action; the tool's output only informs it
+
+def fills_json(fills: tuple[Fill, ...]) -> str:
+    return json.dumps([list(f) for f in fills], separators=(",", ":"))
+
+
+class SudokuTask(GridGame):
+    """Seeded N x N Sudoku puzzles with unique solutions; the answer is the solution grid as JSON.
+    `extract_answer` gives the reply's fills as JSON triples."""
+
     design = DESIGN
 
     def __init__(self, seed: int = 0, size: int = 4, blanks: int = 8, eval_fraction: float = 0.1):
@@ -255,7 +262,7 @@ class SudokuTask:
             raise ValueError(f"sudoku size at most 9, got {size}")
         if not 1 <= blanks < size * size:
             raise ValueError(f"blanks must be in [1, {size * size - 1}], got {blanks}")
-        self.name, self.size = f"sudoku{size}x{size}", size
+        self.size = size
 
         def make(rng: Random) -> Instance:
             puzzle, solution = generate(rng, size, blanks)
@@ -263,40 +270,9 @@ class SudokuTask:
             md = {"puzzle": [list(r) for r in puzzle], "solution": [list(r) for r in solution]}
             return Instance(describe(state), grid_json(solution), md)
 
-        self.splits = ProceduralSplits(self.name, make, seed, eval_fraction)
-
-    def items(self, split: str, start: int, count: int) -> list[TaskItem]:
-        check_split(split)
-        return self.splits.items(split, start, count)
-
-    def extract_answer(self, text: str) -> str | None:
-        """The fills as JSON triples, or None when the reply holds none."""
-        fills = parse_fills(text, self.size)
-        return None if fills is None else json.dumps([list(f) for f in fills], separators=(",", ":"))
-
-    def score(self, item: TaskItem, answer: str) -> float:
-        return 1.0 if solved(step(self.reset(item), parse_fills(answer, self.size)).state) else 0.0
-
-    def reset(self, item: TaskItem) -> SudokuState:
-        puzzle = tuple(tuple(row) for row in item.metadata["puzzle"])
-        return SudokuState(puzzle, puzzle)
-
-    def parse(self, text: str) -> tuple[Fill, ...] | None:
-        return parse_fills(text, self.size)
-
-    def step(self, state: SudokuState, role: str, action: tuple[Fill, ...] | None) -> SudokuOutcome:
-        return step(state, action)
-
-    def done(self, state: SudokuState) -> bool:
-        return self.solved(state)
-
-    def solved(self, state: SudokuState) -> bool:
-        return solved(state)
-
-    def observe(self, state: SudokuState) -> str:
-        return describe(state)
-
-    def reward_parts(
-        self, role: str, before: SudokuState, outcome: SudokuOutcome, run: ToolRun | None = None
-    ) -> RewardParts:
-        return reward_parts(role, before, outcome)
+        name = f"sudoku{size}x{size}"
+        rules = GameRules(
+            parse=lambda text: parse_fills(text, size), answer_text=fills_json, reset=start_state, step=step,
+            solved=solved, describe=describe, reward_parts=reward_parts,
+        )  # fmt: skip
+        super().__init__(name, ProceduralSplits(name, make, seed, eval_fraction), rules)
