@@ -43,9 +43,9 @@ from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
 
 __all__ = [
     "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
-    "Message", "Price", "Reply", "Step", "System", "SystemEval", "SystemSection", "SystemSpec", "Task", "TaskItem",
-    "TaskFamily", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent",
-    "reward_terms",
+    "Message", "Price", "Reply", "Step", "System", "SystemEval", "SystemSection", "SystemSpec", "Task", "TaskFamily",
+    "TaskItem", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "lazy",
+    "match_agent", "reward_terms",
 ]  # fmt: skip
 
 # Sampler rules (sampler.rule) that need nothing of a system beyond the System protocol.
