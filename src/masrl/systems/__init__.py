@@ -14,11 +14,15 @@ import difflib
 import functools
 import importlib
 from importlib.metadata import entry_points
+from typing import Any
 
 from masrl.config import ConfigError
 from masrl.systems.api import Built, SystemSpec
 
-__all__ = ["BUILTIN", "ENTRY_POINTS", "Built", "SystemSpec", "available_systems", "builtin_systems", "resolve_system"]
+__all__ = [
+    "BUILTIN", "ENTRY_POINTS", "Built", "SystemSpec", "available_systems", "builtin_systems", "listing", "resolve",
+    "resolve_system",
+]
 
 ENTRY_POINTS = "masrl.systems"
 
@@ -83,16 +87,19 @@ def builtin_systems() -> dict[str, SystemSpec]:
     return {kind: resolve_system(kind) for kind in BUILTIN}
 
 
-def available_systems() -> list[tuple[str, str, SystemSpec | None, str]]:
-    """(kind, where it comes from, its spec or None, the error loading it) for every built-in and installed
-    system; an installed plugin that fails to load is listed with its error, not hidden."""
-    rows: list[tuple[str, str, SystemSpec | None, str]] = []
-    for kind, spec in builtin_systems().items():
-        if spec.kind == kind:  # old names are listed under their new name only
-            rows.append((kind, "built in", spec, ""))
-    for kind, target in sorted(plugin_targets(ENTRY_POINTS).items()):
+def listing(builtin: list[str], group: str, resolver) -> list[tuple[str, str, Any, str]]:
+    """(name, where it comes from, the loaded object or None, the error loading it) for the built-in
+    names and every installed plugin of `group`; a plugin that fails to load is listed with its error."""
+    rows: list[tuple[str, str, Any, str]] = [(name, "built in", resolver(name), "") for name in builtin]
+    for name, target in sorted(plugin_targets(group).items()):
         try:
-            rows.append((kind, f"installed ({target})", resolve_system(kind), ""))
+            rows.append((name, f"installed ({target})", resolver(name), ""))
         except ConfigError as exc:
-            rows.append((kind, f"installed ({target})", None, str(exc)))
+            rows.append((name, f"installed ({target})", None, str(exc)))
     return rows
+
+
+def available_systems() -> list[tuple[str, str, SystemSpec | None, str]]:
+    """`listing` of the systems; old built-in names are listed under their new name only."""
+    current = [kind for kind, spec in builtin_systems().items() if spec.kind == kind]
+    return listing(current, ENTRY_POINTS, resolve_system)

@@ -65,13 +65,6 @@ def build_task(spec: Any) -> Task:
 
 def available_tasks() -> list[tuple[str, str, TaskFamily | None, str]]:
     """(kind, where it comes from, its family or None, the error loading it), built in and installed."""
-    from masrl.config import ConfigError
-    from masrl.systems import plugin_targets
+    from masrl.systems import listing
 
-    rows: list[tuple[str, str, TaskFamily | None, str]] = [(k, "built in", resolve_task(k), "") for k in BUILTIN]
-    for kind, target in sorted(plugin_targets(ENTRY_POINTS).items()):
-        try:
-            rows.append((kind, f"installed ({target})", resolve_task(kind), ""))
-        except ConfigError as exc:
-            rows.append((kind, f"installed ({target})", None, str(exc)))
-    return rows
+    return listing(list(BUILTIN), ENTRY_POINTS, resolve_task)
