@@ -136,3 +136,16 @@ def test_an_old_layout_config_loads_as_the_new_one_and_says_what_moved(tmp_path,
     assert load_config(new, ["router.dual_lr=0.1", "pool.seed=4"]).system.pool.seed == 4
     search = load_config("search-fof", ["search.synthetic={people: 60}", "system.kind=pipeline"])
     assert search.system.kind == "search" and search.task.config == {"synthetic": {"people": 60}}
+
+
+def test_the_report_draws_the_systems_own_curves(tmp_path):
+    from masrl.report import system_curves
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("system: {kind: search}\n")
+    assert [key for key, _ in system_curves(run)][:2] == ["eval/f1", "calls_per_question"]
+    (run / "config.yaml").write_text("system: {kind: router}\n")
+    assert system_curves(run) == ()
+    (run / "config.yaml").write_text("system: {kind: gone_plugin:SYSTEM}\n")
+    assert system_curves(run) == ()  # an uninstalled plugin's run still gets the engine's curves

@@ -16,13 +16,22 @@ CURVES = (
     ("reward/correct", "training accuracy (sampled, T=1)"),
     ("response_tokens_mean", "response tokens per call"),
     ("eval/accuracy", "held-out accuracy (greedy)"),
-    # the search pipeline (docs/search.md); absent keys draw nothing
-    ("eval/f1", "held-out F1 (greedy)"),
-    ("calls_per_question", "agent calls per question (training trees)"),
-    ("rewriter/subqueries", "rewriter: sub-queries written (MHGPO fig. 8)"),
-    ("reranker/selected", "reranker: documents selected (MHGPO fig. 8)"),
-    ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
 )
+
+
+def system_curves(run_dir: Path) -> tuple[tuple[str, str], ...]:
+    """The run's system's own curves (SystemSpec.curves), read from its saved config's system.kind."""
+    import yaml
+
+    from masrl.config import ConfigError
+    from masrl.systems import resolve_system
+
+    path = Path(run_dir) / "config.yaml"
+    saved = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    try:
+        return resolve_system(str((saved.get("system") or {}).get("kind", "single"))).curves
+    except ConfigError:  # a plugin no longer installed: the engine's curves still draw
+        return ()
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -90,7 +99,7 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 def write_report(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    charts = "".join(svg_line(series(rows, key), title) for key, title in CURVES)
+    charts = "".join(svg_line(series(rows, key), title) for key, title in (*CURVES, *system_curves(run_dir)))
     evals = [r for r in rows if r.get("kind") == "eval"]
     eval_rows = "".join(
         f"<tr><td>{r['step']}</td><td>{_cell(r, 'eval/accuracy', '.3f')}</td><td>{_cell(r, 'eval/mean_tokens', '.1f')}</td>"

@@ -83,6 +83,7 @@ class SystemSpec:
     rules: tuple[str, ...] = GENERAL_RULES  # the sampler rules it supports
     own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
     commands: Mapping[str, Command] = field(default_factory=dict)
+    curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn in report.html beside the engine's
     legacy: Legacy = Legacy()
 
 

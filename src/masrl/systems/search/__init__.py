@@ -22,6 +22,13 @@ SYSTEM = SystemSpec(
     summary="Rewriter, Reranker and Answerer around a retriever, one shared policy (MHGPO)",
     rules=(*GENERAL_RULES, "independent", "round_robin"),  # IS and RR fork at the pipeline's agents
     own_tasks=True,
+    curves=(  # the paper's figure 8: each agent's output pattern over training
+        ("eval/f1", "held-out F1 (greedy)"),
+        ("calls_per_question", "agent calls per question (training trees)"),
+        ("rewriter/subqueries", "rewriter: sub-queries written (MHGPO fig. 8)"),
+        ("reranker/selected", "reranker: documents selected (MHGPO fig. 8)"),
+        ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
+    ),
     legacy=Legacy(
         sections={"search": ""},
         moves={f"search.{k}": f"task.config.{k}" for k in ("pages", "train_questions", "eval_questions", "synthetic")},
