@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from smoke import tiny_run
 
 import masrl.engine
 from masrl.agents.policy import PolicyModel
@@ -19,7 +20,6 @@ from masrl.models import _smollm2_cached, load_model
 from masrl.rollout.tree import rollout
 from masrl.train import _checkpoint, _restore, score
 from masrl.types import Sample
-from smoke import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -202,13 +202,15 @@ def test_shipped_separate_bases_config_runs_two_steps_evaluates_and_serves(tmp_p
     assert main(["eval", str(run)]) == 0  # restores each policy into its own base
     assert json.loads((run / "eval.json").read_text())["items"] == 2
 
-    # `masrl serve RUN_DIR` serves the first policy, or the one named, each from its own base.
+    # `masrl serve RUN_DIR --policy NAME` serves one trained agent, each from its own base.
     served = []
-    monkeypatch.setattr("masrl.serve.serve", lambda agent, model_name, host, port: served.append((agent, model_name)))
-    assert main(["serve", str(run)]) == 0 and main(["serve", str(run), "--policy", "reasoner"]) == 0
-    (tool, first), (reasoner, second) = served
-    assert (first, second) == ("tool", "reasoner") and tool.model is not reasoner.model
-    assert (tool.model.policies, reasoner.model.policies) == (("tool",), ("reasoner",))
+    monkeypatch.setattr("masrl.http.create_app", lambda backend, settings, title: served.append(backend))
+    monkeypatch.setattr("masrl.http.run", lambda app, settings: None)
+    assert main(["serve", str(run), "--policy", "tool"]) == 0 and main(["serve", str(run), "--policy", "reasoner"]) == 0
+    tool, reasoner = served
+    assert (tool.name, reasoner.name) == ("tool", "reasoner") and tool.agent.model is not reasoner.agent.model
+    assert (tool.agent.model.policies, reasoner.agent.model.policies) == (("tool",), ("reasoner",))
+    assert main(["serve", str(run), "--policy", "nobody"]) == 2  # not a trained agent: one line, exit 2
 
 
 @pytest.mark.skipif(not (_smollm2_cached() / "config.json").exists(), reason="needs the converted SmolLM2 copy")

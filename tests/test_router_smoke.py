@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from smoke import minilm_installed, tiny_run
 
 from masrl.checkpoint import latest_checkpoint, read_meta
 from masrl.cli import main
-from smoke import minilm_installed, tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,15 +85,16 @@ def test_unknown_pool_names_in_caps_are_a_config_error(tmp_path, capsys):
 def test_router_over_real_llm_agents_local_and_http(tmp_path, capsys):
     """A pool of real model backends: a local HF model and an OpenAI-compatible endpoint
     (masrl.serve in front of another tiny model, over real HTTP), trained and evaluated."""
+    from servers import running
+
     from masrl.agents.hf_local import HFLocalAgent
     from masrl.agents.policy import SamplingParams
     from masrl.models import LoadedModel, build_tiny_model
-    from masrl.serve import create_app
-    from servers import running
+    from masrl.serve import agent_app
 
     model, tok = build_tiny_model(seed=1)
     served = HFLocalAgent("served", LoadedModel(model, tok, "tiny"), SamplingParams(max_new_tokens=6, temperature=0.0))
-    with running(create_app(served, "tiny")) as url:
+    with running(agent_app(served, "tiny")) as url:
         pool = (
             "system.pool.agents=[{name: local, backend: hf, model: tiny, max_new_tokens: 6, price_out: 0.5},"
             f" {{name: remote, backend: openai, base_url: '{url}/v1', model: tiny, price_in: 1.0, price_out: 2.0}}]"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,11 +35,16 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write RUN_DIR/report.html (curves, evaluations) and print the curve")
     r.add_argument("run_dir", help="a run directory")
 
-    s = sub.add_parser("serve", help="serve a trained policy over an OpenAI-compatible HTTP API")
+    s = sub.add_parser("serve", help="serve a run's trained system over an OpenAI-compatible HTTP API")
     s.add_argument("run_dir", help="a run directory")
-    s.add_argument("--policy", help="which policy to serve (default: the first)")
-    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--policy", help="serve this trained agent alone as a chat model instead of the system")
+    s.add_argument("--name", help="the model name clients send (default: the run directory's name)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=os.environ.get("MASRL_API_KEY"),
+                   help="require Authorization: Bearer KEY (default: $MASRL_API_KEY; unset: no key)")
+    s.add_argument("--max-concurrency", type=int, default=64, help="requests answered at once; more get 429")
+    s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413")
     for name, (spec, command) in _system_commands().items():
         c = sub.add_parser(name, help=f"{command.help} (system {spec.kind})")
         command.arguments(c)
@@ -166,16 +172,29 @@ def _report(args) -> int:
 
 
 def _serve(args) -> int:
-    from masrl.serve import serve
-    from masrl.train import load_trained
+    from masrl.http import ServerSettings, create_app, run
+    from masrl.serve import backend_for
+    from masrl.train import TrainingError, load_trained
 
-    engine = load_trained(Path(args.run_dir))
-    if not engine.models:
-        raise ConfigError(f"{args.run_dir} trained no language-model policy to serve (e.g. a scoring head)")
-    policy = args.policy or next(iter(engine.models))  # the first policy
-    if policy not in engine.eval_agents:
-        raise ConfigError(f"no policy {policy!r}; this run has {', '.join(engine.eval_agents)}")
-    serve(engine.eval_agents[policy], model_name=policy, host=args.host, port=args.port)
+    if args.max_concurrency < 1 or args.max_body_bytes < 1:
+        raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")
+    if args.api_key is not None and not args.api_key.strip():
+        raise ConfigError("--api-key (or MASRL_API_KEY) is empty")
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+    try:
+        engine = load_trained(run_dir)
+    except TrainingError as exc:
+        print(f"masrl: {exc}", file=sys.stderr)
+        return 1
+    name = args.name or run_dir.resolve().name
+    backend = backend_for(engine, name, args.policy)
+    settings = ServerSettings(args.host, args.port, args.api_key, args.max_body_bytes, args.max_concurrency)
+    what = f"policy {args.policy}" if args.policy else f"system {engine.config.system.kind}"
+    print(f"masrl: serving {what} of {run_dir} as model {backend.models()[0].id!r} on http://{args.host}:{args.port}/v1"
+          + (" (API key required)" if args.api_key else ""), file=sys.stderr)  # fmt: skip
+    run(create_app(backend, settings, title=f"masrl: {name}"), settings)
     return 0
 
 

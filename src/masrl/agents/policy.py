@@ -34,6 +34,7 @@ class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    seed: int | None = None  # sampling only: draw this batch from its own generator seeded so (a served request)
 
     @property
     def greedy(self) -> bool:
@@ -87,7 +88,13 @@ def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: S
         kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
     if params.stop:
         kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
-    out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
+    seeded = params.seed is not None and not params.greedy
+    # generate() samples from torch's global generator: a seeded batch forks it, so the seed neither
+    # depends on nor disturbs what other batches draw.
+    with torch.random.fork_rng(devices=[], enabled=seeded):
+        if seeded:
+            torch.manual_seed(params.seed)
+        out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
     return [finish_row(tokenizer, row.tolist(), params) for row in out[:, width:]]
 
 

@@ -27,6 +27,7 @@ agent's reply, so a replay file can be built by running a live agent once.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections import defaultdict
@@ -76,6 +77,12 @@ class ReplayAgent:
     def reset(self) -> None:
         """Start every key's cycle again from its first recorded response."""
         self._served.clear()
+
+    def fork(self) -> "ReplayAgent":
+        """The same recordings for one independent episode: each prompt's first recording again."""
+        other = copy.copy(self)
+        other._served = defaultdict(int)
+        return other
 
     def lookup_key(self, messages: Sequence[Message]) -> str | None:
         return last_user_text(messages) if self.key == "prompt" else conversation_key(messages)

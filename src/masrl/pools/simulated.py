@@ -78,6 +78,7 @@ in the text, but the new draft's correctness is only this agent's own draw.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import math
 import re
@@ -225,6 +226,13 @@ class SimulatedAgent:
     def reset(self) -> None:
         """Start every item's attempt count again from 0 (an eval replays the same draws)."""
         self._attempts.clear()
+
+    def fork(self) -> "SimulatedAgent":
+        """The same agent for one independent episode: its attempt counts start again from 0 (a served
+        request draws what a reset evaluation draws), sharing the item index, leaving this one's counts alone."""
+        other = copy.copy(self)
+        other._attempts = defaultdict(int)
+        return other
 
     def state_dict(self) -> dict[str, dict[str, int]]:
         """The attempt counts, saved in checkpoints so a resumed run draws what it would have."""

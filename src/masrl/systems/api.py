@@ -43,7 +43,8 @@ from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
 
 __all__ = [
     "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
-    "Message", "Price", "Reply", "Step", "System", "SystemEval", "SystemSection", "SystemSpec", "Task", "TaskFamily",
+    "Message", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval", "SystemSection",
+    "SystemSpec", "Task", "TaskFamily",
     "TaskItem", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "lazy",
     "match_agent", "reward_terms",
 ]  # fmt: skip
@@ -84,7 +85,31 @@ class SystemSpec:
     own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
     commands: Mapping[str, Command] = field(default_factory=dict)
     curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn in report.html beside the engine's
+    serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
     legacy: Legacy = Legacy()
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What one request to `masrl serve RUN_DIR` asks of the system beyond its question."""
+
+    mode: str | None = None  # "budget" in the body, or the model name's suffix NAME:MODE
+    fields: Mapping[str, Any] = field(default_factory=dict)  # the request's other extra fields (extra_body)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a served request (one greedy episode of the trained system) is set up and reported.
+
+    Every hook is optional; without them a request runs the system as trained, its answer is the
+    text of the episode's last call, and the response's audit record lists the calls, tokens and cost.
+    """
+
+    modes: Callable[[System], Sequence[str]] | None = None  # request modes, listed as NAME:MODE in /v1/models
+    # The system for one request, given its options; raise ValueError to refuse the request (HTTP 400).
+    configure: Callable[[System, ServeOptions], System] | None = None
+    answer: Callable[[Episode], str] | None = None  # the final answer the client gets as message.content
+    audit: Callable[[Episode], Mapping[str, Any]] | None = None  # the system's own fields in the audit record
 
 
 def lazy(target: str) -> Callable:

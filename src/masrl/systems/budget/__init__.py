@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, SystemSpec, lazy
+from masrl.systems.api import Legacy, Serving, SystemSpec, lazy
 from masrl.systems.budget.config import BudgetConfig, check_budget
 from masrl.systems.budget.system import build_budget
 
@@ -21,5 +21,11 @@ SYSTEM = SystemSpec(
     summary="a controller answers or calls priced experts within a budget mode written in its prompt (CoRL)",
     evaluate=lazy("masrl.systems.budget.evaluation:evaluate_budget"),
     check=check_budget,
+    serving=Serving(
+        answer=lazy("masrl.systems.budget.serving:answer"),
+        audit=lazy("masrl.systems.budget.serving:audit"),
+        configure=lazy("masrl.systems.budget.serving:configure"),
+        modes=lazy("masrl.systems.budget.serving:modes"),
+    ),
     legacy=Legacy(sections={"budget": "", "pool": "pool"}),
 )

@@ -58,6 +58,10 @@ class HiddenTokens:
     def reset(self) -> None:
         self.agent.reset()
 
+    def fork(self) -> "HiddenTokens":
+        """The same expert for one independent episode (SimulatedAgent.fork)."""
+        return HiddenTokens(self.agent.fork(), self.hidden)
+
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         reply = await self.agent(messages)
         out = reply.tokens_out + self.hidden

@@ -12,7 +12,7 @@ Its pools (simulated, recorded CHAMP, your own agents) are shared with other sys
 
 from __future__ import annotations
 
-from masrl.systems.api import Command, Legacy, SystemSpec, lazy
+from masrl.systems.api import Command, Legacy, Serving, SystemSpec, lazy
 from masrl.systems.router.config import RouterConfig, check_router
 from masrl.systems.router.system import build_router
 
@@ -38,5 +38,10 @@ SYSTEM = SystemSpec(
         "champ-pool": Command("build the recorded CHAMP agent pool file (needs champ-dataset)",
                               _champ_pool_arguments, _champ_pool),
     },  # fmt: skip
+    serving=Serving(
+        answer=lazy("masrl.systems.router.serving:answer"),
+        audit=lazy("masrl.systems.router.serving:audit"),
+        configure=lazy("masrl.systems.router.serving:configure"),
+    ),
     legacy=Legacy(sections={"router": "", "pool": "pool"}, system_keys=("max_turns", "prefill")),
 )

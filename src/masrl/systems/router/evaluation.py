@@ -102,6 +102,7 @@ class RouterEval:
     redirected: int
     items: int
     seconds: float
+    traces: tuple[Trace, ...] = ()  # per item, in item order
 
     def row(self) -> dict[str, Any]:
         return {"method": self.method, "accuracy": self.accuracy, **{f"usage/{k}": v for k, v in self.usage.items()},
@@ -153,6 +154,7 @@ def summarize(
         redirected=redirected,
         items=len(traces),
         seconds=seconds,
+        traces=tuple(traces),
     )
 
 

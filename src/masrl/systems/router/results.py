@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from masrl.systems.router.evaluation import (
@@ -17,6 +17,11 @@ from masrl.systems.router.evaluation import (
 )
 from masrl.systems.router.system import AGENT_PROMPT, CONTROLLER
 from masrl.types import TaskItem
+
+
+def saved(result: RouterEval) -> dict:
+    """What results.json and eval.json keep of one evaluation (the per-item traces stay in memory)."""
+    return {k: v for k, v in asdict(replace(result, traces=())).items() if k != "traces"}
 
 
 def router_results(engine, items: Sequence[TaskItem], baselines: Sequence[str] = ()) -> list[RouterEval]:
@@ -68,7 +73,7 @@ def write_router_results(run_dir: Path, results: Sequence[RouterEval], engine) -
     """results.md and results.json in the run directory; returns the report text."""
     text = router_report(results, engine)
     (run_dir / "results.md").write_text(text + "\n")
-    (run_dir / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
+    (run_dir / "results.json").write_text(json.dumps([saved(r) for r in results], indent=2))
     return text
 
 
@@ -88,6 +93,6 @@ def evaluate_router(engine, items: Sequence[TaskItem], full: bool):
         metrics,
         line,
         report=router_report(results, engine),
-        payload={"results": [asdict(r) for r in results]},
+        payload={"results": [saved(r) for r in results]},
         write=lambda run_dir, step: write_router_results(run_dir, results, engine),
     )
