@@ -261,6 +261,8 @@ def test_policy_mode_honours_sampling_fields(tmp_path):
         hot = [api.chat.completions.create(model="solver", messages=msg, temperature=1.0, seed=s, max_tokens=12)
                for s in (7, 7, 8)]  # fmt: skip
         assert hot[0].choices[0].message.content == hot[1].choices[0].message.content  # same seed, same draw
+        with pytest.raises(openai.BadRequestError, match="over this server's limit of 4096"):
+            api.chat.completions.create(model="solver", messages=msg, max_tokens=10**9)
         greedy = [api.chat.completions.create(model="solver", messages=msg, max_tokens=12) for _ in range(2)]
         assert greedy[0].choices[0].message.content == greedy[1].choices[0].message.content
 

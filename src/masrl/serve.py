@@ -46,11 +46,14 @@ from masrl.systems.api import ServeOptions, Serving
 from masrl.types import AgentError, Episode, Message, TaskItem
 
 MODE_FIELD = "budget"  # the body field that picks a request's mode (the issue's CoRL budget modes)
+MAX_TOKENS = 4096  # the most new tokens one request may ask a trained agent for (a hostile 10**9 ties up the server)
 
 
 # ---------------------------------------------------------------- requests
 def sampling_for(params: SamplingParams, request: ChatRequest) -> SamplingParams:
     """The trained agent's settings with the request's sampling fields in their place."""
+    if (request.token_limit or 0) > MAX_TOKENS:
+        raise HTTPError(400, f"max_tokens {request.token_limit} is over this server's limit of {MAX_TOKENS}")
     return replace(
         params,
         max_new_tokens=request.token_limit or params.max_new_tokens,
