@@ -322,3 +322,30 @@ def test_serve_binds_loopback_by_default_and_refuses_bad_settings(router_run, ca
     assert main(["serve", str(router_run), "--max-concurrency", "0"]) == 2
     assert main(["serve", str(router_run.parent / "nowhere")]) == 2
     assert "is not a run directory" in capsys.readouterr().err
+
+
+def test_a_chunked_body_is_measured_as_it_arrives_and_the_key_compared_exactly():
+    from masrl.agents.python_fn import FunctionAgent
+    from masrl.http import ServerSettings
+    from masrl.serve import agent_app
+    from servers import running
+
+    settings = ServerSettings(api_key="k1", max_body_bytes=1000)
+    with running(agent_app(FunctionAgent("echo", lambda m: m[-1].content), "echo", settings)) as url:
+        def chunks():  # no Content-Length: the limit must count the bytes themselves
+            yield b'{"messages": [{"role": "user", "content": "'
+            for _ in range(40):
+                yield b"x" * 50
+            yield b'"}]}'
+
+        headers = {"authorization": "Bearer k1", "content-type": "application/json"}
+        big = httpx.post(url + "/v1/chat/completions", content=chunks(), headers=headers)
+        assert big.status_code == 413 and "over 1000 bytes" in big.json()["error"]["message"]
+        ok = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
+                        headers=headers)  # fmt: skip
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "hi"
+        for bad in ("Bearer k", "Bearer k12", "Basic k1", "k1", "Bearer"):
+            assert httpx.post(url + "/v1/chat/completions", json={"messages": []},
+                              headers={"authorization": bad}).status_code == 401, bad  # fmt: skip
+        assert httpx.get(url + "/metrics").status_code == 401  # metrics are not public
+        assert httpx.get(url + "/metrics", headers=headers).status_code == 200
