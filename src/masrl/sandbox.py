@@ -159,6 +159,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -208,11 +209,29 @@ class Isolation:
     """Which OS-level boundaries this machine gives the sandbox."""
 
     drop_privileges: bool  # runs as a fresh unprivileged uid (needs root)
-    namespaces: bool  # PID + mount + network + IPC namespaces (needs root)
+    namespaces: bool  # PID + mount + network + IPC namespaces
+    user_namespace: bool = False  # the namespaces entered through a user namespace (no root needed)
+
+    @property
+    def mode(self) -> str:
+        if self.drop_privileges and self.namespaces:
+            return "root: namespaces + fresh uid"
+        if self.namespaces:
+            return "user namespaces" if self.user_namespace else "root: namespaces"
+        return "limits only"
 
 
 class SandboxError(RuntimeError):
     """The sandbox itself could not be set up; the code did not run."""
+
+
+class SandboxWarning(UserWarning):
+    """Agent code ran with limits only (see `run_code`'s `limits_only`)."""
+
+
+# Run agent code with rlimits and the audit hook only where no isolation is available.
+# Off unless chosen: masrl.config's `sandbox.limits_only` sets it, as does this variable.
+LIMITS_ONLY = os.environ.get("MASRL_SANDBOX_LIMITS_ONLY", "") not in ("", "0", "false")
 
 
 # ---------------------------------------------------------------------------
@@ -232,6 +251,7 @@ with os.fdopen(cfg_fd, "rb") as f:
     cfg = json.loads(f.read())
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x20000000, 0x40000000
+CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 libc = ctypes.CDLL(None, use_errno=True)
@@ -311,7 +331,19 @@ def main():
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     if cfg["namespaces"]:
         signal.signal(signal.SIGTERM, on_sigterm)
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
+        flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+        if cfg["user_namespace"]:
+            # Without root: a user namespace first, mapping only our own uid and gid to
+            # themselves. We hold every capability inside it (enough to build the mounts), and
+            # because the code's uid is not 0 there, execve drops them all before its first line.
+            host_uid, host_gid = os.getuid(), os.getgid()
+            check(libc.unshare(flags | CLONE_NEWUSER), "unshare(user namespace)")
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{host_uid} {host_uid} 1"),
+                               ("gid_map", f"{host_gid} {host_gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        else:
+            check(libc.unshare(flags), "unshare")
         child = os.fork()
         if child:
             supervise(child)
@@ -506,10 +538,10 @@ def _interpreter(python: str) -> tuple[str, str]:
 
 @functools.cache
 def isolation(python: str = sys.executable) -> Isolation:
-    """Probe once which OS boundaries work here (root: namespaces, uid drop)."""
-    if os.geteuid() != 0:
-        return Isolation(drop_privileges=False, namespaces=False)
-    for candidate in (Isolation(True, True), Isolation(True, False)):
+    """Probe once which OS boundaries work here: as root namespaces and a uid drop; as
+    anyone else namespaces entered through an unprivileged user namespace."""
+    candidates = (Isolation(True, True), Isolation(True, False)) if os.geteuid() == 0 else (Isolation(False, True, True),)
+    for candidate in candidates:
         try:
             result = _run("print('ok')", python=python, iso=candidate)
         except SandboxError:
@@ -531,17 +563,34 @@ def run_code(
     python: str = sys.executable,
     files: Mapping[str, str] | None = None,
     audit_hook: bool = True,
+    limits_only: bool | None = None,
 ) -> SandboxResult:
     """Run `code` as the main program of a contained interpreter; see the module docstring.
 
     `max_output` caps stdout and stderr each, in bytes.  `audit_hook=False`
     leaves only the OS boundaries (the tests use it to check them alone).
-    Raises `SandboxError` when the sandbox itself cannot be set up.
+    Raises `SandboxError` when the sandbox itself cannot be set up, and when this
+    machine gives no isolation (no root, no user namespaces) unless `limits_only`
+    (default: `LIMITS_ONLY`, set by the config's `sandbox.limits_only` or the environment
+    variable MASRL_SANDBOX_LIMITS_ONLY=1) says to run anyway, with a warning every call.
     """
     iso = isolation(python)
     if os.geteuid() == 0 and not iso.drop_privileges:
         raise SandboxError(
             "running as root without a way to drop privileges; refusing untrusted code"
+        )
+    if not iso.namespaces:
+        if not (LIMITS_ONLY if limits_only is None else limits_only):
+            raise SandboxError(
+                "no isolation for untrusted code here: not root and unprivileged user namespaces are "
+                "unavailable (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces); set "
+                "sandbox.limits_only=true (or MASRL_SANDBOX_LIMITS_ONLY=1) to run with rlimits and the audit hook only"
+            )
+        warnings.warn(
+            "masrl.sandbox: running agent code with limits only (rlimits + audit hook): no namespaces, "
+            "the code can read what this user can read and reach the network past the hook",
+            SandboxWarning,
+            stacklevel=2,
         )
     return _run(
         code,
@@ -594,6 +643,7 @@ def _run(
             "python": exe,
             "bootstrap": _BOOTSTRAP,
             "namespaces": iso.namespaces,
+            "user_namespace": iso.user_namespace,
             "block_network": not iso.namespaces,
             "audit_hook": audit_hook,
             "host_mnt_ns": os.readlink("/proc/self/ns/mnt") if iso.namespaces else "",
