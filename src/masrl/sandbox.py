@@ -128,14 +128,26 @@ is None when we stopped the run ourselves.
 
 What depends on root
 --------------------
-Namespaces (network, hiding the project, private writes, PID cleanup) and
-the uid drop need root (CAP_SYS_ADMIN, CAP_SETUID); `isolation()` probes once
-which are available, and as root `run_code` refuses to run code it cannot
-move to another uid.  Without root the limits apply to the caller's own uid
-(the process cap is set to the uid's current count plus `max_processes`),
-the audit hook is the only guard for files and network, the work directory
-is on disk, and a process that leaves the process group with `setsid` can
-outlive the call.
+Three modes; `isolation()` probes once which one this machine gives (`Isolation.mode`):
+- *root*: namespaces and a fresh uid, as described above.
+- *user namespaces* (any user, where the kernel allows unprivileged user
+  namespaces): the launcher first unshares a user namespace that maps only the
+  caller's own uid and gid to themselves, together with the PID, mount, network
+  and IPC namespaces.  It holds every capability inside that namespace, enough
+  to build the same file system view; the code's uid there is not 0, so its
+  execve drops them all before the first line runs (it cannot unmount the
+  covers: "must be superuser").  Same network, file and PID guarantees as root;
+  the difference is the uid: the code runs as the caller's uid, so RLIMIT_NPROC
+  counts against the caller's processes (the cap is its current count plus
+  `max_processes`) and there is no final uid sweep (the PID namespace makes it
+  unnecessary).
+- *limits only*: neither is available.  `run_code` raises `SandboxError`
+  unless the user chose `limits_only` (config `sandbox.limits_only: true`, or
+  MASRL_SANDBOX_LIMITS_ONLY=1); then the limits apply to the caller's own uid,
+  the audit hook is the only guard for files and network, the work directory
+  is on disk, a process that leaves the process group with `setsid` can outlive
+  the call, and every call warns (`SandboxWarning`).
+docs/reliability.md tabulates what each mode guarantees and which test checks it.
 
 Known gaps: memory is limited per process, not per sandbox (up to
 `max_processes` x `memory_mb` plus the tmpfs, for the few seconds of the
