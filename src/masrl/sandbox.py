@@ -26,8 +26,8 @@ How one call runs, and why each step is there
    broken sandbox never runs the code unprotected and never reads as the
    agent's fault.
 
-3. **Namespaces (root only).**  The launcher calls `unshare(2)` through
-   ctypes (Python 3.11 has no `os.unshare`) for new PID, mount, network and
+3. **Namespaces (root, or any user through a user namespace: see below).**
+   The launcher calls `unshare(2)` through ctypes (Python 3.11 has no `os.unshare`) for new PID, mount, network and
    IPC namespaces and forks a small init (PID 1 of the new PID namespace,
    still root), which builds the file system view and forks the code's
    process (PID 2: the kernel ignores default-action signals such as SIGXCPU
