@@ -107,6 +107,8 @@ def _drive(work: Path, prefix: list[str], root: bool) -> dict:
     os.chmod(work / "sandbox.py", 0o644)
     os.chmod(work / "driver.py", 0o644)
     python = "/usr/bin/python3" if root and os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    if subprocess.run([*prefix, python, "-c", "pass"], capture_output=True, cwd="/").returncode != 0:
+        pytest.skip(f"the ordinary user cannot run {python} (a Python 3.11 it can execute is needed)")
     project = str(Path(__file__).resolve().parents[1])
     done = subprocess.run(
         [*prefix, python, str(work / "driver.py"), project, str(markers)],
