@@ -178,3 +178,20 @@ def test_sudoku_restating_the_givens_earns_nothing():
     out = task.step(start, "planner", task.parse(restated))
     parts = task.reward_parts("planner", start, out)
     assert parts.team == 0.0 and parts.scores["prog"] == 0.0
+
+
+# ---------------------------------------------------------------- CHAMP summaries (the rule grader)
+@pytest.mark.parametrize(
+    "summary",
+    [
+        "The answer is not 7.",  # names the answer only to deny it
+        "3 or 7",  # a hedge (3 is a number of the question, so it looked restated)
+        "Either 6, 7 or 8.",
+        "7, 8",
+    ],
+)
+def test_champ_rule_grader_exploits_earn_nothing(summary):
+    from masrl.pools.champ import grade_summary
+
+    assert not grade_summary("7", "What is 3+4?", summary)
+    assert grade_summary("7", "What is 3+4?", "The answer is 7.") is True
