@@ -38,6 +38,14 @@ def run(name, code, **kw):
     out[name] = {"status": r.status, "stdout": r.stdout[-2000:], "stderr": r.stderr[-500:], "truncated": r.truncated,
                  "wall": r.wall_seconds}
 
+# the process cap is the code's own, whatever else this user runs (20 idle processes here)
+import subprocess
+idle = [subprocess.Popen(["/bin/sleep", "30"]) for _ in range(20)]
+run("process_cap", "import os, time\nn = 0\ntry:\n    while n < 200:\n        if os.fork() == 0:\n"
+    "            time.sleep(3)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)")
+for p in idle:
+    p.kill()
+    p.wait()
 run("infinite_loop", "while True: pass", timeout=2.0, cpu_seconds=1.0)
 run("fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", timeout=3.0)
 run("alloc_4gb", "x = bytearray(4 << 30)\nprint('allocated')")
@@ -147,6 +155,11 @@ def test_contents_stay_hidden(hostile):
     assert "[project]" not in hostile["read_project"]["stdout"] and "pyproject.toml" not in hostile["read_project"]["stdout"]
     assert "tests" not in hostile["read_project"]["stdout"]
     assert hostile["flood_100mb"]["truncated"] and len(hostile["flood_100mb"]["stdout"]) <= 64_000
+
+
+def test_process_cap_is_the_codes_own(hostile):
+    # max_processes=16 counts the code itself: 15 children, with 20 other processes of the user running
+    assert hostile["process_cap"]["stdout"] == "15\n", hostile["process_cap"]
 
 
 def test_fork_bomb_and_orphans_die_with_the_sandbox(hostile):

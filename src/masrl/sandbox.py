@@ -137,10 +137,11 @@ Three modes; `isolation()` probes once which one this machine gives (`Isolation.
   to build the same file system view; the code's uid there is not 0, so its
   execve drops them all before the first line runs (it cannot unmount the
   covers: "must be superuser").  Same network, file and PID guarantees as root;
-  the difference is the uid: the code runs as the caller's uid, so RLIMIT_NPROC
-  counts against the caller's processes (the cap is its current count plus
-  `max_processes`) and there is no final uid sweep (the PID namespace makes it
-  unnecessary).
+  the difference is the uid: the code runs as the caller's uid (the kernel
+  counts RLIMIT_NPROC per user namespace, so the cap is still the code's own
+  `max_processes`, plus the launcher and init that live in the namespace,
+  whatever else the caller runs), and there is no final uid sweep (the PID
+  namespace makes it unnecessary).
 - *limits only*: neither is available.  `run_code` raises `SandboxError`
   unless the user chose `limits_only` (config `sandbox.limits_only: true`, or
   MASRL_SANDBOX_LIMITS_ONLY=1); then the limits apply to the caller's own uid,
@@ -670,8 +671,7 @@ def _run(
                 "cpu": max(1, round(cpu_seconds)),
                 "memory": memory_mb << 20,
                 "fsize": SCRATCH_MB << 20,
-                "nproc": max_processes
-                + (0 if uid is not None else len(_processes_of(os.getuid()))),
+                "nproc": max_processes + _nproc_extra(iso, uid),
             },
             "env": {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -686,6 +686,16 @@ def _run(
         if uid is not None:
             _kill_user(uid)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _nproc_extra(iso: Isolation, uid: int | None) -> int:
+    """Processes RLIMIT_NPROC counts besides the code's own.  A fresh uid: none.  A user
+    namespace: the launcher and the init, which live in it (the kernel counts a uid's
+    processes per user namespace, so the caller's other processes do not count there).
+    Limits only: every process the caller's uid already has."""
+    if uid is not None:
+        return 0
+    return 2 if iso.user_namespace else len(_processes_of(os.getuid()))
 
 
 def _execute(
