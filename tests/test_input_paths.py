@@ -143,3 +143,29 @@ def test_checkpoint_helpers_list_newest_first_and_set_aside(tmp_path):
     set_aside(tmp_path / "checkpoints" / "step_000003")
     assert latest_checkpoint(tmp_path).name == "step_000002"
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_000002", "step_000001"]
+
+
+def test_no_sandbox_isolation_is_one_message_exit_2(tmp_path, monkeypatch, capsys):
+    """A machine with no isolation for agent code (no root, no user namespaces): a run whose agents
+    write code stops with one message naming the switch, not a traceback mid-step."""
+    import masrl.sandbox
+    import masrl.tasks.tools
+    from masrl.cli import main
+
+    monkeypatch.setattr(masrl.sandbox, "isolation", lambda python=None: masrl.sandbox.Isolation(False, False))
+    monkeypatch.setattr(masrl.sandbox.os, "geteuid", lambda: 1000)
+    # the tiny model writes no code block: have every tool reply hold one, as a trained agent's would
+    monkeypatch.setattr(masrl.tasks.tools, "extract_code", lambda text: "print(1)")
+    code = main(["train", "turns-math", *tiny_run(), f"run.dir={tmp_path / 'run'}", "eval.before=false"])
+    err = capsys.readouterr().err
+    assert code == 2 and "masrl: sandbox: no isolation" in err and "sandbox.limits_only" in err
+
+
+def test_limits_only_is_a_config_switch(monkeypatch):
+    import masrl.sandbox
+    from masrl.config import load_config
+    from masrl.engine import build_engine
+
+    monkeypatch.setattr(masrl.sandbox, "LIMITS_ONLY", False)
+    build_engine(load_config("single-arithmetic", [*tiny_run(), "sandbox.limits_only=true"]))
+    assert masrl.sandbox.LIMITS_ONLY is True

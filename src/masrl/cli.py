@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from masrl.config import ConfigError, load_config
+from masrl.sandbox import SandboxError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except ConfigError as exc:
         print(f"masrl: config error: {exc}", file=sys.stderr)
+        return 2
+    except SandboxError as exc:
+        # no isolation for agent code on this machine: the user chooses (sandbox.limits_only)
+        print(f"masrl: sandbox: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in _DISK_ERRORS:
