@@ -105,7 +105,8 @@ def test_training_survives_faulty_agents_and_random_kills(tmp_path):
     failed = sum(r["failed"] for r in train)
     trajectories = sum(r["trajectories"] for r in train)
     assert 0 < failed < trajectories  # broken replies fail their trajectories; the rest train
-    assert all(injected.get(k, 0) > 0 for k in ("truncated", "garbage", "429", "500")), injected
+    # ~120 requests at 20%: about 14 transient and 9 broken faults expected; none of either is ~1e-4
+    assert sum(injected.get(k, 0) for k in TRANSIENT) > 0 and sum(injected.get(k, 0) for k in BROKEN) > 0, injected
     assert kills >= 1
     faults = sum(injected.get(k, 0) for k in (*TRANSIENT, *BROKEN))
     summary = {
