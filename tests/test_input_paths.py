@@ -26,6 +26,15 @@ def _cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProces
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
 
 
+def _in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The CLI's own `main` (config errors come before anything heavy loads, so no subprocess)."""
+    from masrl.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
 def _one_clean_message(done: subprocess.CompletedProcess, *needles: str) -> str:
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
@@ -49,11 +58,12 @@ def _one_clean_message(done: subprocess.CompletedProcess, *needles: str) -> str:
         ('{"question": "1+1", "answer": "2", "split": "test"}', "split must be one of"),
     ],
 )
-def test_malformed_jsonl_line_is_named(tmp_path, line, message):
+def test_malformed_jsonl_line_is_named(tmp_path, capsys, line, message):
     path = tmp_path / "qa.jsonl"
     good = '{"question": "2+2", "answer": "4"}'
     path.write_text(f"{good}\n\n{line}\n{good}\n")
-    done = _cli("train", "single-arithmetic", "task.kind=jsonl", f"task.path={path}", f"run.dir={tmp_path / 'run'}")
+    args = ("train", "single-arithmetic", "task.kind=jsonl", f"task.path={path}", f"run.dir={tmp_path / 'run'}")
+    done = _in_process(capsys, *args, "model.name=tiny")
     _one_clean_message(done, f"{path}:3", message)
 
 
@@ -68,8 +78,11 @@ def test_malformed_jsonl_line_is_named(tmp_path, line, message):
         ("system.kind=nonexistent", "nonexistent"),
     ],
 )
-def test_bad_config_is_one_line_exit_2(tmp_path, override, needle):
-    _one_clean_message(_cli("train", "single-arithmetic", f"run.dir={tmp_path / 'run'}", override), needle)
+def test_bad_config_is_one_line_exit_2(tmp_path, capsys, override, needle):
+    _one_clean_message(_in_process(capsys, "train", "single-arithmetic", f"run.dir={tmp_path / 'run'}", override), needle)
+    # and through a real process, as a user runs it: exit code 2, no traceback
+    if override == "trainer.steps=many":
+        _one_clean_message(_cli("train", "single-arithmetic", f"run.dir={tmp_path / 'run'}", override), needle)
 
 
 def _unprivileged_mounts() -> bool:
