@@ -138,12 +138,15 @@ def test_bad_split():
     "text,expected",
     [
         ("<answer>42</answer>", "42"),
-        ("<answer>1</answer> no, wait: <answer> 2 </answer>", "2"),
+        ("<answer>1</answer> no, wait: <answer> 2 </answer>", None),  # two answers: a hedge
+        ("<answer>2</answer> again: <answer> 2 </answer>", "2"),  # the same answer twice
         ("<answer>\\boxed{5}</answer>", "5"),
         ("<answer>$-3$.</answer>", "-3"),
         ("<answer> </answer> the answer is 3", "3"),  # empty tag: next rule
         ("so \\boxed{\\frac{1}{2}} is it", "\\frac{1}{2}"),
-        ("\\boxed{3} or rather \\boxed{4}", "4"),
+        ("\\boxed{3} or rather \\boxed{4}", None),  # a hedge
+        ("<think>it is 5</think>", None),  # stated only in the reasoning
+        ("<think>maybe 5</think> so 6", "6"),
         ("cut off \\boxed{3", "3"),  # unclosed box: last number
         ("Answer: 17", "17"),
         ("The answer is $-3$.", "-3"),

@@ -23,6 +23,7 @@ One writer per run directory is assumed (the trainer's rank 0).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -166,6 +167,12 @@ def save_checkpoint(
             writer(target)
         _fsync_tree(tmp)
         atomic_write_json(tmp / META, {**meta, "step": step})  # last: marks it complete
+    except Exception as exc:
+        full = not isinstance(exc, OSError) and _nearly_full(ckpt_dir)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full:  # torch.save reports a full disk as RuntimeError("iostream error"): say what it is
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(ckpt_dir)) from exc
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -184,6 +191,12 @@ def save_checkpoint(
     return final
 
 
+def _nearly_full(path: Path, margin: int = 1 << 20) -> bool:
+    """Whether the file system holding `path` has less than `margin` bytes left."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize < margin
+
+
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     """The checkpoint `checkpoints/latest` names, or the newest complete step_* if
     `latest` is missing, corrupt or names an incomplete dir; None if there is none."""
@@ -196,6 +209,21 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
         return ckpt_dir / name
     found = _complete_checkpoints(ckpt_dir)
     return found[-1][1] if found else None
+
+
+def complete_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Every complete checkpoint of a run, newest first (the fallbacks when one is unreadable)."""
+    return [path for _, path in reversed(_complete_checkpoints(Path(run_dir) / CHECKPOINTS))]
+
+
+def set_aside(checkpoint: str | os.PathLike) -> Path:
+    """Rename an unreadable checkpoint to `broken-step_XXXXXX-<random>` (kept for a look, never
+    read again: neither a step_* nor a .tmp-* name); `latest` then falls back to the newest whole one."""
+    path = Path(checkpoint)
+    aside = path.with_name(f"broken-{path.name}-{os.urandom(4).hex()}")
+    os.rename(path, aside)
+    _fsync_dir(path.parent)
+    return aside
 
 
 def read_meta(checkpoint: str | os.PathLike) -> dict:

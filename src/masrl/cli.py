@@ -7,12 +7,14 @@ that cannot go on exits with code 1 and says why.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
 from pathlib import Path
 
 from masrl.config import ConfigError, load_config
+from masrl.sandbox import SandboxError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,6 +73,9 @@ def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, li
     return arg, overrides
 
 
+_DISK_ERRORS = frozenset((errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -79,6 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except ConfigError as exc:
         print(f"masrl: config error: {exc}", file=sys.stderr)
+        return 2
+    except SandboxError as exc:
+        # no isolation for agent code on this machine: the user chooses (sandbox.limits_only)
+        print(f"masrl: sandbox: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRORS:
+            raise
+        # a read-only or full disk under the run directory: the user's to fix, so no traceback
+        print(f"masrl: cannot write {exc.filename or 'the run directory'}: {exc.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("masrl: interrupted; resume from the last checkpoint with --resume", file=sys.stderr)

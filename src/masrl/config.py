@@ -166,6 +166,14 @@ class EvalConfig(Section):
     max_new_tokens: int = Field(64, gt=0)
 
 
+class SandboxConfig(Section):
+    """Where agent code runs (masrl.sandbox). Without root, isolation comes from unprivileged user
+    namespaces; a machine without them refuses to run agent code unless `limits_only` is true,
+    which runs it under rlimits and the audit hook only and warns on every call."""
+
+    limits_only: bool = False
+
+
 class SystemSection(Section):
     """The `system` section: `kind` names the system; the rest of the section is that system's own
     config model (a subclass, declared by the system's `SystemSpec`, masrl.systems.api)."""
@@ -187,6 +195,7 @@ class Config(Section):
     critic: CriticConfig = CriticConfig()
     trainer: TrainerConfig = TrainerConfig()
     eval: EvalConfig = EvalConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":

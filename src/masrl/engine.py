@@ -114,6 +114,10 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     if config.trainer.low_memory:
         keep_heap_small()
     torch.manual_seed(config.run.seed)
+    if config.sandbox.limits_only:  # chosen by the user: masrl.sandbox warns on every call
+        import masrl.sandbox
+
+        masrl.sandbox.LIMITS_ONLY = True
     task = build_task(config.task)
     built = resolve_system(config.system.kind).build(config, task)
     policies = built.policy_names

@@ -26,8 +26,8 @@ How one call runs, and why each step is there
    broken sandbox never runs the code unprotected and never reads as the
    agent's fault.
 
-3. **Namespaces (root only).**  The launcher calls `unshare(2)` through
-   ctypes (Python 3.11 has no `os.unshare`) for new PID, mount, network and
+3. **Namespaces (root, or any user through a user namespace: see below).**
+   The launcher calls `unshare(2)` through ctypes (Python 3.11 has no `os.unshare`) for new PID, mount, network and
    IPC namespaces and forks a small init (PID 1 of the new PID namespace,
    still root), which builds the file system view and forks the code's
    process (PID 2: the kernel ignores default-action signals such as SIGXCPU
@@ -128,14 +128,27 @@ is None when we stopped the run ourselves.
 
 What depends on root
 --------------------
-Namespaces (network, hiding the project, private writes, PID cleanup) and
-the uid drop need root (CAP_SYS_ADMIN, CAP_SETUID); `isolation()` probes once
-which are available, and as root `run_code` refuses to run code it cannot
-move to another uid.  Without root the limits apply to the caller's own uid
-(the process cap is set to the uid's current count plus `max_processes`),
-the audit hook is the only guard for files and network, the work directory
-is on disk, and a process that leaves the process group with `setsid` can
-outlive the call.
+Three modes; `isolation()` probes once which one this machine gives (`Isolation.mode`):
+- *root*: namespaces and a fresh uid, as described above.
+- *user namespaces* (any user, where the kernel allows unprivileged user
+  namespaces): the launcher first unshares a user namespace that maps only the
+  caller's own uid and gid to themselves, together with the PID, mount, network
+  and IPC namespaces.  It holds every capability inside that namespace, enough
+  to build the same file system view; the code's uid there is not 0, so its
+  execve drops them all before the first line runs (it cannot unmount the
+  covers: "must be superuser").  Same network, file and PID guarantees as root;
+  the difference is the uid: the code runs as the caller's uid (the kernel
+  counts RLIMIT_NPROC per user namespace, so the cap is still the code's own
+  `max_processes`, plus the launcher and init that live in the namespace,
+  whatever else the caller runs), and there is no final uid sweep (the PID
+  namespace makes it unnecessary).
+- *limits only*: neither is available.  `run_code` raises `SandboxError`
+  unless the user chose `limits_only` (config `sandbox.limits_only: true`, or
+  MASRL_SANDBOX_LIMITS_ONLY=1); then the limits apply to the caller's own uid,
+  the audit hook is the only guard for files and network, the work directory
+  is on disk, a process that leaves the process group with `setsid` can outlive
+  the call, and every call warns (`SandboxWarning`).
+docs/reliability.md tabulates what each mode guarantees and which test checks it.
 
 Known gaps: memory is limited per process, not per sandbox (up to
 `max_processes` x `memory_mb` plus the tmpfs, for the few seconds of the
@@ -159,6 +172,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -208,11 +222,29 @@ class Isolation:
     """Which OS-level boundaries this machine gives the sandbox."""
 
     drop_privileges: bool  # runs as a fresh unprivileged uid (needs root)
-    namespaces: bool  # PID + mount + network + IPC namespaces (needs root)
+    namespaces: bool  # PID + mount + network + IPC namespaces
+    user_namespace: bool = False  # the namespaces entered through a user namespace (no root needed)
+
+    @property
+    def mode(self) -> str:
+        if self.drop_privileges and self.namespaces:
+            return "root: namespaces + fresh uid"
+        if self.namespaces:
+            return "user namespaces" if self.user_namespace else "root: namespaces"
+        return "limits only"
 
 
 class SandboxError(RuntimeError):
     """The sandbox itself could not be set up; the code did not run."""
+
+
+class SandboxWarning(UserWarning):
+    """Agent code ran with limits only (see `run_code`'s `limits_only`)."""
+
+
+# Run agent code with rlimits and the audit hook only where no isolation is available.
+# Off unless chosen: masrl.config's `sandbox.limits_only` sets it, as does this variable.
+LIMITS_ONLY = os.environ.get("MASRL_SANDBOX_LIMITS_ONLY", "") not in ("", "0", "false")
 
 
 # ---------------------------------------------------------------------------
@@ -232,6 +264,7 @@ with os.fdopen(cfg_fd, "rb") as f:
     cfg = json.loads(f.read())
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x8000000, 0x20000000, 0x40000000
+CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 libc = ctypes.CDLL(None, use_errno=True)
@@ -311,7 +344,19 @@ def main():
     check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     if cfg["namespaces"]:
         signal.signal(signal.SIGTERM, on_sigterm)
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC), "unshare")
+        flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
+        if cfg["user_namespace"]:
+            # Without root: a user namespace first, mapping only our own uid and gid to
+            # themselves. We hold every capability inside it (enough to build the mounts), and
+            # because the code's uid is not 0 there, execve drops them all before its first line.
+            host_uid, host_gid = os.getuid(), os.getgid()
+            check(libc.unshare(flags | CLONE_NEWUSER), "unshare(user namespace)")
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{host_uid} {host_uid} 1"),
+                               ("gid_map", f"{host_gid} {host_gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        else:
+            check(libc.unshare(flags), "unshare")
         child = os.fork()
         if child:
             supervise(child)
@@ -506,10 +551,10 @@ def _interpreter(python: str) -> tuple[str, str]:
 
 @functools.cache
 def isolation(python: str = sys.executable) -> Isolation:
-    """Probe once which OS boundaries work here (root: namespaces, uid drop)."""
-    if os.geteuid() != 0:
-        return Isolation(drop_privileges=False, namespaces=False)
-    for candidate in (Isolation(True, True), Isolation(True, False)):
+    """Probe once which OS boundaries work here: as root namespaces and a uid drop; as
+    anyone else namespaces entered through an unprivileged user namespace."""
+    candidates = (Isolation(True, True), Isolation(True, False)) if os.geteuid() == 0 else (Isolation(False, True, True),)
+    for candidate in candidates:
         try:
             result = _run("print('ok')", python=python, iso=candidate)
         except SandboxError:
@@ -531,17 +576,34 @@ def run_code(
     python: str = sys.executable,
     files: Mapping[str, str] | None = None,
     audit_hook: bool = True,
+    limits_only: bool | None = None,
 ) -> SandboxResult:
     """Run `code` as the main program of a contained interpreter; see the module docstring.
 
     `max_output` caps stdout and stderr each, in bytes.  `audit_hook=False`
     leaves only the OS boundaries (the tests use it to check them alone).
-    Raises `SandboxError` when the sandbox itself cannot be set up.
+    Raises `SandboxError` when the sandbox itself cannot be set up, and when this
+    machine gives no isolation (no root, no user namespaces) unless `limits_only`
+    (default: `LIMITS_ONLY`, set by the config's `sandbox.limits_only` or the environment
+    variable MASRL_SANDBOX_LIMITS_ONLY=1) says to run anyway, with a warning every call.
     """
     iso = isolation(python)
     if os.geteuid() == 0 and not iso.drop_privileges:
         raise SandboxError(
             "running as root without a way to drop privileges; refusing untrusted code"
+        )
+    if not iso.namespaces:
+        if not (LIMITS_ONLY if limits_only is None else limits_only):
+            raise SandboxError(
+                "no isolation for untrusted code here: not root and unprivileged user namespaces are "
+                "unavailable (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces); set "
+                "sandbox.limits_only=true (or MASRL_SANDBOX_LIMITS_ONLY=1) to run with rlimits and the audit hook only"
+            )
+        warnings.warn(
+            "masrl.sandbox: running agent code with limits only (rlimits + audit hook): no namespaces, "
+            "the code can read what this user can read and reach the network past the hook",
+            SandboxWarning,
+            stacklevel=2,
         )
     return _run(
         code,
@@ -594,6 +656,7 @@ def _run(
             "python": exe,
             "bootstrap": _BOOTSTRAP,
             "namespaces": iso.namespaces,
+            "user_namespace": iso.user_namespace,
             "block_network": not iso.namespaces,
             "audit_hook": audit_hook,
             "host_mnt_ns": os.readlink("/proc/self/ns/mnt") if iso.namespaces else "",
@@ -608,8 +671,7 @@ def _run(
                 "cpu": max(1, round(cpu_seconds)),
                 "memory": memory_mb << 20,
                 "fsize": SCRATCH_MB << 20,
-                "nproc": max_processes
-                + (0 if uid is not None else len(_processes_of(os.getuid()))),
+                "nproc": max_processes + _nproc_extra(iso, uid),
             },
             "env": {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -624,6 +686,16 @@ def _run(
         if uid is not None:
             _kill_user(uid)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _nproc_extra(iso: Isolation, uid: int | None) -> int:
+    """Processes RLIMIT_NPROC counts besides the code's own.  A fresh uid: none.  A user
+    namespace: the launcher and the init, which live in it (the kernel counts a uid's
+    processes per user namespace, so the caller's other processes do not count there).
+    Limits only: every process the caller's uid already has."""
+    if uid is not None:
+        return 0
+    return 2 if iso.user_namespace else len(_processes_of(os.getuid()))
 
 
 def _execute(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -41,10 +42,12 @@ from masrl.algos.gae import token_gae, trajectories, whiten
 from masrl.checkpoint import (
     atomic_write_text,
     capture_rng,
+    complete_checkpoints,
     latest_checkpoint,
     read_meta,
     restore_rng,
     save_checkpoint,
+    set_aside,
 )
 from masrl.config import Config, dump_config, load_config
 from masrl.engine import Engine, build_engine
@@ -213,10 +216,10 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     if start >= config.trainer.steps and _logged(run_dir / "metrics.jsonl", start, "eval"):
         return run_dir  # a finished run: resuming it changes nothing
     engine = build_engine(config, model=model)
-    logger = RunLogger(run_dir, purge_after=start)
     if start > 0:
-        _restore(engine, latest_checkpoint(run_dir))
-    elif config.eval.before:
+        start = _restore_newest(engine, run_dir)  # an unreadable checkpoint falls back to the one before
+    logger = RunLogger(run_dir, purge_after=start)
+    if start == 0 and config.eval.before:
         _log_eval(engine, logger, 0, "before")
 
     cfg = config.trainer
@@ -334,6 +337,21 @@ def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
             engine.frozen[name].load_state_dict(agent_state)
 
 
+def _restore_newest(engine: Engine, run_dir: Path) -> int:
+    """Load the newest checkpoint that reads back whole and return its step. One that does not
+    (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
+    for ckpt in complete_checkpoints(run_dir):
+        try:
+            _restore(engine, ckpt)
+        except Exception as exc:  # noqa: BLE001 - whatever the loaders raise on a damaged file
+            aside = set_aside(ckpt)
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); set aside as {aside.name}", file=sys.stderr)
+            continue
+        return int(read_meta(ckpt)["step"])
+    raise TrainingError(f"{run_dir}: no checkpoint reads back whole")
+
+
 def load_trained(run_dir: Path, model=None) -> Engine:
     """An engine with the run's latest checkpoint loaded (for eval and serve)."""
     config = load_config(run_dir / "config.yaml")
@@ -393,8 +411,8 @@ def _logged(path: Path, step: int, kind: str) -> bool:
     """Whether metrics.jsonl holds a `kind` line for `step` (e.g. a finished run's final eval)."""
     if not path.exists():
         return False
-    records = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return any(r["step"] == step and r["kind"] == kind for r in records)
+    records = _records(path.read_text().splitlines())
+    return any(r["step"] == step and r["kind"] == kind for _, r in records)
 
 
 def _truncate_after(path: Path, step: int) -> None:
@@ -402,5 +420,19 @@ def _truncate_after(path: Path, step: int) -> None:
     if not path.exists():
         return
     lines = [] if step == 0 else path.read_text().splitlines()  # a new run keeps nothing
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    kept = [line for line, record in _records(lines) if record["step"] <= step]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _records(lines: Sequence[str]) -> list[tuple[str, dict]]:
+    """(line, record) of every whole JSON line: a kill in the middle of an append leaves a
+    torn last line, which is dropped rather than failing the resume."""
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            out.append((line, record))
+    return out

@@ -39,7 +39,10 @@ def build_agent(spec: PoolAgentConfig, task, seed: int = 0) -> Agent:
             raise ConfigError(f"pool agent {spec.name}: backend openai needs base_url and model")
         if spec.api_key_env and spec.api_key_env not in os.environ:
             raise ConfigError(f"pool agent {spec.name}: environment variable {spec.api_key_env} is not set")
-        return OpenAIChatAgent(spec.name, spec.base_url, spec.model, price=price, api_key_env=spec.api_key_env)
+        return OpenAIChatAgent(
+            spec.name, spec.base_url, spec.model, price=price, api_key_env=spec.api_key_env,
+            timeout=spec.timeout, max_retries=spec.max_retries, max_tokens=spec.max_new_tokens,
+        )  # fmt: skip
     if spec.backend == "hf":
         from masrl.agents.hf_local import HFLocalAgent
         from masrl.agents.policy import SamplingParams

@@ -371,6 +371,11 @@ _QUALIFIER = re.compile(
     r"as|for example|e\.g\.|with equality|regardless|and it|and this|and that|at x|at \w\s*=)\b",
     re.IGNORECASE,
 )
+_NEGATED_VALUE = re.compile(
+    r"\b(?:not|never|isn't|aren't|cannot be|can't be|is not|are not)\s+(?:equal\s+to\s+|exactly\s+)?[-±]?\$?\d",
+    re.IGNORECASE,
+)
+_HEDGE = re.compile(r"\d\s*,?\s+(?:or|and/or)\s+(?:maybe\s+|possibly\s+|perhaps\s+)?[-±]?\$?\d", re.IGNORECASE)
 _CUE = re.compile(r"\b(?:is|are|was|were|equals|becomes)\b", re.IGNORECASE)
 _VARIABLES = "nmkrabxyz"
 
@@ -386,6 +391,10 @@ def grade_summary(reference: str, question: str, summary: str) -> bool | None:
     if kind == "none":
         return _polarity(text) is False and not (_numbers(text) - _numbers(normalize(question)))
     if kind == "numbers":
+        if _NEGATED_VALUE.search(text) and not any(_same(v, 0) for v in values):
+            return False  # "it is not 7" names the answer only to deny it
+        if len(values) == 1 and _HEDGE.search(text):
+            return False  # "3 or 7" for one answer: a hedge, even when 3 is a number of the question
         verdict = _grade_numbers(values, text, normalize(question))
         value = next(iter(values))
         if verdict is False and len(values) == 1 and isinstance(value, Fraction):  # stated as "2^997"

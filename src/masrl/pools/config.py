@@ -22,7 +22,9 @@ class PoolAgentConfig(Section):
     ability: float | None = Field(None, description="simulated: item-response ability (masrl/pools/simulated.py)")
     price_in: float = Field(0.0, ge=0.0, description="dollars per 1k input tokens")
     price_out: float = Field(0.0, ge=0.0, description="dollars per 1k output tokens")
-    max_new_tokens: int = Field(256, gt=0, description="hf: reply length limit")
+    max_new_tokens: int = Field(256, gt=0, description="hf, openai: reply length limit")
+    timeout: float = Field(30.0, gt=0, description="openai: seconds per request before it counts as failed")
+    max_retries: int = Field(3, ge=0, description="openai: retries of a timeout, connection error, 429 or 5xx")
 
 
 class PoolConfig(Section):

@@ -323,10 +323,88 @@ def entry_of(item: TaskItem) -> str:
     return item.metadata.get("entry", "solve")
 
 
+# A HumanEval check program asserts on what the candidate returns, so it has to run next to
+# the candidate; run in one process, the candidate could end it with exit status 0 (sys.exit,
+# os._exit, an atexit hook), return an object whose __eq__ is always True, patch builtins or
+# modules the check uses, or read the expected values out of the check's source. So the
+# harness forks: the child closes stdin, then runs the candidate's code and answers calls,
+# arguments and results crossing a pipe as Python literals; the parent reads the check
+# program and a secret tag from stdin (after the fork: the child never holds either), runs
+# the check against a proxy of the candidate, and prints the tag only when `check` returned.
+# The verdict is "the tag was printed", never the exit status.
+_CHECK_HARNESS = """
+import ast, json, os, sys
+
+CODE, ENTRY, MAX_LINE = {code!r}, {entry!r}, {max_line}
+
+
+def serve(calls, replies):
+    os.close(0)
+    ns = {{"__name__": "solution"}}
+    exec(compile(CODE, "solution.py", "exec"), ns)
+    fn = ns[ENTRY]
+    with os.fdopen(calls, "r") as inbox, os.fdopen(replies, "w") as outbox:
+        for line in inbox:
+            try:
+                text = repr(fn(*ast.literal_eval(line)))
+                ast.literal_eval(text)
+                reply = "ok " + text
+            except BaseException:
+                reply = "raised"
+            outbox.write(reply.replace("\\n", " ") + "\\n")
+            outbox.flush()
+
+
+def main():
+    calls_r, calls_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(calls_w)
+        os.close(replies_r)
+        try:
+            serve(calls_r, replies_w)
+        finally:
+            os._exit(0)
+    os.close(calls_r)
+    os.close(replies_w)
+    given = json.loads(sys.stdin.read())
+    outbox, inbox = os.fdopen(calls_w, "w"), os.fdopen(replies_r, "r")
+
+    def candidate(*args):
+        outbox.write(repr(args).replace("\\n", " ") + "\\n")
+        outbox.flush()
+        line = inbox.readline(MAX_LINE)
+        if not line.startswith("ok "):
+            raise RuntimeError("the candidate raised, exited or answered with something not a literal")
+        return ast.literal_eval(line[3:])
+
+    # The item's prompt (trusted) defines the helpers some checks call (HumanEval/32's poly);
+    # the entry's name is the candidate, as in HumanEval's own one-file program (HumanEval/33).
+    ns = {{"__name__": "check"}}
+    exec(compile(given["prompt"], "prompt.py", "exec"), ns)
+    ns[ENTRY] = candidate
+    exec(compile(given["check"], "check.py", "exec"), ns)
+    ns["check"](candidate)
+    sys.stdout.write("\\n" + given["tag"] + "\\n")
+    sys.stdout.flush()
+    os.kill(child, 9)
+    os._exit(0)
+
+
+main()
+"""
+MAX_REPLY_CHARS = 1 << 20  # a longer reply from the candidate reads as a failure
+
+
 def run_check(code: str, item: TaskItem, timeout: float) -> bool:
-    """A HumanEval item's own test program (`check(candidate)`) against `code`, in the sandbox."""
-    program = f"{code}\n\n{item.metadata['check']}\n\ncheck({entry_of(item)})\n"
-    return run_code(program, timeout=timeout, cpu_seconds=timeout).status == "ok"
+    """A HumanEval item's own test program (`check(candidate)`) against `code`, in the sandbox:
+    True only when `check` returned (see _CHECK_HARNESS for why not the exit status)."""
+    tag = f"@@passed-{secrets.token_hex(16)}@@"
+    program = _CHECK_HARNESS.format(code=code, entry=entry_of(item), max_line=MAX_REPLY_CHARS)
+    given = {"tag": tag, "prompt": item.metadata.get("prompt", ""), "check": item.metadata["check"]}
+    result = run_code(program, stdin=json.dumps(given), timeout=timeout, cpu_seconds=timeout)
+    return tag in result.stdout.splitlines()
 
 
 def _with_code(state: CodeState, reply: CodeReply | None, timeout: float) -> CodeOutcome:
@@ -445,7 +523,13 @@ def load_humaneval(path: str | Path | None = None) -> list[TaskItem]:
                 f"Complete the Python function `{entry}` below and return the whole function "
                 f"(its `def` line included).\n```python\n{prompt}```"
             )
-            md = {"entry": entry, "reference": prompt + row["canonical_solution"], "check": row["test"], "mutants": []}
+            md = {
+                "entry": entry,
+                "prompt": prompt,
+                "reference": prompt + row["canonical_solution"],
+                "check": row["test"],
+                "mutants": [],
+            }
             items.append(TaskItem(row["task_id"], question, prompt + row["canonical_solution"], md))
     if not items:
         raise ValueError(f"{path}: no HumanEval problems")

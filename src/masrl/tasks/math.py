@@ -201,6 +201,7 @@ class MixedMathTask:
 
 # ---- answer extraction ----
 
+_REASONING = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 _FINAL_MARKER = re.compile(r"answer\s*:|answer\s+is\b\s*:?", re.IGNORECASE)
 _NUMBER = re.compile(r"[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 
@@ -208,14 +209,20 @@ _NUMBER = re.compile(r"[-−]?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 def extract_math_answer(text: str) -> str | None:
     """The final answer in a model response, by the first rule that finds one:
     the last non-empty <answer>...</answer>, the last \\boxed{...}, the rest of the
-    line after the last "Answer:" / "answer is", the last number; else None."""
+    line after the last "Answer:" / "answer is", the last number; else None.
+
+    Reasoning (<think>...</think>, or an unclosed <think> to the end) is dropped first: an
+    answer stated only there is not stated. Two different tagged (or boxed) answers are a
+    hedge, and a hedge states no answer (None): otherwise a policy learns to list candidates."""
+    text = _REASONING.sub("", text)
     tagged = [_clean(m) for m in re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)]
     tagged = [t for t in tagged if t]
     if tagged:
-        return tagged[-1]
-    boxed = _last_boxed(text)
-    if boxed is not None and _clean(boxed):
-        return _clean(boxed)
+        return tagged[-1] if len(set(tagged)) == 1 else None
+    boxed = [_clean(b) for b in _all_boxed(text)]
+    boxed = [b for b in boxed if b]
+    if boxed:
+        return boxed[-1] if len(set(boxed)) == 1 else None
     markers = list(_FINAL_MARKER.finditer(text))
     if markers:
         rest = text[markers[-1].end() :].strip()
@@ -226,11 +233,26 @@ def extract_math_answer(text: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
+def _all_boxed(text: str) -> list[str]:
+    """Contents of every complete \\boxed{...}, in order (a box inside a box is part of its content)."""
+    found, at = [], text.find("\\boxed{")
+    while at >= 0:
+        content = _boxed_at(text, at)
+        if content is None:
+            break
+        found.append(content)
+        at = text.find("\\boxed{", at + len("\\boxed{") + len(content))
+    return found
+
+
 def _last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...}, braces matched; None if absent or cut off."""
     start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
+    return None if start < 0 else _boxed_at(text, start)
+
+
+def _boxed_at(text: str, start: int) -> str | None:
+    """Content of the \\boxed{...} that starts at `start`; None if cut off."""
     begin = start + len("\\boxed{")
     depth = 1
     for i in range(begin, len(text)):
@@ -263,12 +285,33 @@ def math_equal(gold: str, answer: str) -> bool:
     gold, answer = gold.strip().replace("\u2212", "-"), answer.strip().replace("\u2212", "-")
     if gold and gold == answer:
         return True
-    gold_value, answer_value = _rational(gold), _rational(answer)
-    if gold_value is not None and gold_value == answer_value:
-        return True
     if len(answer) > MAX_VERIFY_CHARS:
         return False
-    return _verify(gold, answer)
+    gold_value = _rational(gold)
+    if gold_value is None:
+        return _verify(gold, answer)
+    # A number is answered by one number. math_verify alone would also accept "3 or 7",
+    # "{3, 7}", "3 7", "\\pm 7" and the question's own "3 + 4" for a gold 7 (it matches any
+    # candidate it parses, and evaluates expressions): hedges and restated givens.
+    number = _single_number(answer)
+    if number is None:
+        return False
+    return _rational(number) == gold_value or _verify(gold, number)
+
+
+_TEX_FRACTION = re.compile(r"\\[dt]?frac\{\s*([-−]?\d+)\s*\}\{\s*([-−]?\d+)\s*\}")
+_ONE_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?:/\d+)?")
+_PLUS_MINUS = re.compile(r"±|∓|\\pm\b|\\mp\b")
+
+
+def _single_number(answer: str) -> str | None:
+    """The number an answer states when it states exactly one ("7", "x = 7", "7 apples",
+    "\\frac{1}{2}" as "1/2", "-3/4", "1,000", "1e2"); None for none, several, or a plus-minus."""
+    text = _TEX_FRACTION.sub(r"\1/\2", answer).replace("\u2212", "-")
+    numbers = _ONE_NUMBER.findall(text)
+    if len(numbers) != 1 or _PLUS_MINUS.search(text):
+        return None
+    return numbers[0]
 
 
 def _rational(text: str) -> Fraction | None:

@@ -116,12 +116,11 @@ class PythonTool:
     max_chars: int = 600
 
     def __call__(self, parameter: str) -> str:
-        from masrl.sandbox import SandboxError, run_code
+        from masrl.sandbox import run_code
 
-        try:
-            res = run_code(parameter, timeout=self.timeout, cpu_seconds=self.timeout, memory_mb=256)
-        except SandboxError as exc:
-            return f"sandbox unavailable: {exc}"
+        # SandboxError (no isolation here, or a broken sandbox) propagates: a run whose tool
+        # silently answers "unavailable" trains on a different task than the one configured.
+        res = run_code(parameter, timeout=self.timeout, cpu_seconds=self.timeout, memory_mb=256)
         out = res.stdout if res.status == "ok" else f"{res.status}: {res.stderr.strip()[-300:]}"
         return out.strip()[: self.max_chars] or "(no output)"
 
