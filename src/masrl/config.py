@@ -157,6 +157,21 @@ class TrainerConfig(Section):
         description="stop before a step that would end past this much training time (evaluations not counted; "
         "per process: a resumed run gets its own allowance); null = run all steps",
     )
+    processes: int = Field(
+        1, ge=1, description="data-parallel trainer processes started on this machine (gloo on CPU, nccl on CUDA; "
+        "masrl/distributed.py); under torchrun leave it 1: torchrun starts the processes"
+    )
+    timeout_minutes: float = Field(
+        30.0, gt=0.0, description="how long a process waits for the others at a collective (rank 0's evaluation "
+        "included) before the run stops"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when torch sees a GPU, else cpu")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 on cuda (bf16 base weights, float32 adapters, bf16 autocast), fp32 on cpu"
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory for long prompts, more compute"
+    )
 
 
 class EvalConfig(Section):

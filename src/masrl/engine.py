@@ -14,6 +14,9 @@ adapters, or separate base models). Policies on one name share one
 `PolicyModel` (one copy of the weights, one adapter each); each distinct
 name is loaded once more, with its own tokenizer and `GenerationService`.
 A policy's KL reference is its own base with the adapters disabled.
+
+`trainer.device` and `trainer.precision` place every base (masrl.device):
+bf16 weights and autocast on CUDA by default, float32 on CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
 from masrl.config import Config, ConfigError
+from masrl.device import Placement, placement
 from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
@@ -108,6 +112,14 @@ def update_settings(config: Config) -> UpdateSettings:
     )
 
 
+def engine_placement(config: Config) -> Placement:
+    """Where this process's models go: `trainer.device`/`precision`, the GPU of $LOCAL_RANK on CUDA."""
+    try:
+        return placement(config.trainer.device, config.trainer.precision)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def build_engine(config: Config, model: Any = None) -> Engine:
     if config.trainer.threads:
         torch.set_num_threads(config.trainer.threads)
@@ -129,9 +141,13 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if gae else [])
     models: dict[str, PolicyModel] = {}  # adapter -> its base
     services: dict[str, GenerationService] = {}
+    place = engine_placement(config)
     for name, adapters in plan.items():  # a system trained only through heads (built.heads) loads no base
-        loaded = model if model is not None and name == m.name else load_model(name, seed=config.run.seed)
-        base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0)
+        loaded = (
+            model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
+        )
+        base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
+                           gradient_checkpointing=config.trainer.gradient_checkpointing)  # fmt: skip
         service = GenerationService(base.generate, max_batch=config.rollout.max_batch)
         models.update(dict.fromkeys(adapters, base))
         services.update(dict.fromkeys(adapters, service))

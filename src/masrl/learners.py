@@ -12,6 +12,12 @@ value head (Linear hidden -> 1) on its own LoRA adapter of the same
 `PolicyModel` (one copy of the base weights), scoring the state before every
 response token and trained by PPO's clipped value loss. Other learners (a
 small scoring head over agents) implement the same three methods.
+
+Several processes (`trainer.processes`, masrl.distributed): a learner with
+`data_parallel = True` updates on its rank's slice of the batch
+(`masrl.distributed.shard`), with the loss normalised by the whole batch, and
+sums gradients and metric sums over ranks before its step. A learner without
+it updates on the whole batch on every rank: the same step, computed N times.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ import torch
 
 from masrl.agents.policy import PolicyModel
 from masrl.algos.losses import value_loss
+from masrl.distributed import all_reduce_grads, shard, sum_metrics
 from masrl.types import Sample
-from masrl.update import UpdateSettings, micro_batches, update_policy
+from masrl.update import UpdateSettings, length, micro_batches, update_policy
 
 FileWriter = Callable[[Path], None]
 CRITIC = "critic"  # the value learner's adapter and learner name (algo.advantage: gae)
@@ -50,6 +57,8 @@ class Learner(Protocol):
 
 class PolicyLearner:
     """One named policy of a `PolicyModel` and its AdamW state."""
+
+    data_parallel = True  # masrl.update shards the batch and all-reduces the gradient
 
     def __init__(self, model: PolicyModel, policy: str, settings: UpdateSettings, lr: float, weight_decay: float = 0.0):
         self.name = policy
@@ -84,6 +93,8 @@ class ValueLearner:
     full batch's). Only the adapter and the head train; the base stays frozen.
     """
 
+    data_parallel = True
+
     def __init__(
         self,
         model: PolicyModel,
@@ -103,7 +114,7 @@ class ValueLearner:
         self.max_grad_norm = max_grad_norm
         # Zero-initialised: every state starts at value 0, so the first advantages are
         # plain returns-to-go instead of the noise of a random projection.
-        self.head = torch.nn.Linear(model.hidden_size, 1)
+        self.head = torch.nn.Linear(model.hidden_size, 1, device=model.placement.device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
         self.optimizer = torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=weight_decay)
@@ -114,7 +125,7 @@ class ValueLearner:
     def forward(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]):
         """Values and mask, both [B, R]; grad flows when called under grad mode."""
         hidden, mask = self.model.response_hidden(prompts, responses, self.name)  # [B, R, H], [B, R]
-        return self.head(hidden.float()).squeeze(-1), mask
+        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1), mask  # bf16 hidden -> the float32 head
 
     @torch.no_grad()
     def values(self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -135,7 +146,7 @@ class ValueLearner:
             if len(s.returns) != len(s.response_ids) or len(s.values) != len(s.response_ids):
                 raise ValueError("value samples need one return and one old value per response token")
         params = self.parameters()
-        batches = micro_batches(samples, self.micro_batch)
+        batches = micro_batches(shard(samples, key=length), self.micro_batch)  # this rank's slice
         normalizer = float(sum(len(s.response_ids) for s in samples))
         sums: dict[str, float] = defaultdict(float)
         self.model.model.train()
@@ -144,19 +155,20 @@ class ValueLearner:
                 self.optimizer.zero_grad(set_to_none=True)
                 for mb in batches:
                     v, mask = self.forward([s.prompt_ids for s in mb], [s.response_ids for s in mb])  # [B, R]
-                    returns = _padded([s.returns for s in mb], v.shape[1])
-                    old = _padded([s.values for s in mb], v.shape[1])
+                    returns = _padded([s.returns for s in mb], v.shape[1]).to(v.device)
+                    old = _padded([s.values for s in mb], v.shape[1]).to(v.device)
                     loss, metrics = value_loss(v, old, returns, mask, self.clip, normalizer)
                     loss.backward()
                     share = float(mask.sum()) / normalizer  # token-weighted, like the loss
                     for k, x in metrics.items():
                         sums[k] += x if k == "value_loss" else x * share
+                all_reduce_grads(params)  # the other ranks' slices
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 self.optimizer.step()
         finally:
             self.model.model.eval()
             self.optimizer.zero_grad(set_to_none=True)
-        out = {k: x / self.epochs for k, x in sums.items()}
+        out = {k: x / self.epochs for k, x in sum_metrics(sums).items()}
         out.update(grad_norm=float(grad_norm), samples=float(len(samples)), response_tokens=normalizer)
         return out
 

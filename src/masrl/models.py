@@ -89,7 +89,8 @@ def load_model(name: str, *, dtype: torch.dtype = torch.float32, seed: int = 0) 
     path = ensure_smollm2() if source == "smollm2" else Path(source).expanduser()
     source = str(path) if path.exists() else source  # hub id otherwise
     tok = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    # SDPA: PyTorch's fused attention (flash / memory-efficient kernels on CUDA), no extra package.
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa")
     prepare_tokenizer(tok)
     return LoadedModel(model, tok, name)
 
@@ -187,6 +188,7 @@ def build_tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
+        attn_implementation="sdpa",
     )
     gen = torch.random.fork_rng()
     with gen:

@@ -19,6 +19,11 @@ One step:
 Failed calls (a frozen backend that timed out or answered garbage) end their
 trajectory; those trajectories are left out of the update and counted. A step
 in which every trajectory failed stops the run with a clear message.
+
+With `trainer.processes=N` (or under torchrun) the same loop runs in N
+processes (masrl.distributed): rank 0 samples and broadcasts the episodes,
+every rank scores them, the learners update on their slices and sum
+gradients, and rank 0 alone logs, evaluates and checkpoints.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from collections import defaultdict
@@ -36,6 +42,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from masrl import distributed
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
 from masrl.algos.credit import CREDITS, GROUPINGS, per_agent_weights, trainable_calls
 from masrl.algos.gae import token_gae, trajectories, whiten
@@ -49,8 +56,8 @@ from masrl.checkpoint import (
     save_checkpoint,
     set_aside,
 )
-from masrl.config import Config, dump_config, load_config
-from masrl.engine import Engine, build_engine
+from masrl.config import Config, dump_config, load_config, validate
+from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system
 from masrl.learners import CRITIC, ValueLearner
 from masrl.rollout.tree import rollout
@@ -209,27 +216,83 @@ def episode_record(step: int, ep: Episode, advantages: dict[tuple[int, str], flo
 
 # ------------------------------------------------------------------ the loop
 def train(config: Config | None, resume: str | Path | None = None, model=None) -> Path:
+    """Train `config` (or continue the run directory `resume`); returns the run directory.
+
+    With `trainer.processes=N > 1` this process starts N ranks, waits for them
+    and stops them all when one fails (masrl.distributed.launch); under
+    torchrun (WORLD_SIZE set) it is one rank of the group torchrun started."""
     run_dir = Path(resume) if resume else Path(config.run.dir)
     if resume:
         config = load_config(run_dir / "config.yaml")
-    start = _prepare_run_dir(run_dir, config, resume is not None)
-    if start >= config.trainer.steps and _logged(run_dir / "metrics.jsonl", start, "eval"):
+    processes = config.trainer.processes
+    if processes > 1 and not distributed.launched():
+        if model is not None:
+            raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
+        _prepare_run_dir(run_dir, config, resume is not None)  # a bad run directory fails here, before any spawn
+        try:
+            distributed.launch(_rank_train, processes, (config.model_dump(mode="json"), str(run_dir) if resume else None))
+        except distributed.RankFailed as exc:
+            raise TrainingError(f"{exc}. Continue from the last checkpoint with: masrl train --resume {run_dir}") from None
+        return run_dir
+    if distributed.launched():
+        if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
+            print(f"masrl: note: WORLD_SIZE={os.environ['WORLD_SIZE']} processes were started for the run; "
+                  f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
+        distributed.init_from_env(engine_placement(config).device, config.trainer.timeout_minutes)
+    try:
+        return _train(config, run_dir, resume is not None, model)
+    finally:
+        distributed.shutdown()
+
+
+def _rank_train(config_data: dict, resume: str | None) -> None:
+    """One rank that `distributed.launch` started (it set torchrun's environment variables)."""
+    try:
+        train(None if resume else validate(config_data), resume=resume)
+    except TrainingError as exc:
+        raise distributed.RankFailed(str(exc)) from None
+
+
+def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
+    main = distributed.is_main()
+    plan = None
+    if main:  # rank 0 owns the run directory; every rank starts where it says
+        try:
+            start = _prepare_run_dir(run_dir, config, resuming)
+            finished = start >= config.trainer.steps and _logged(run_dir / "metrics.jsonl", start, "eval")
+            plan = (start, finished, None)
+        except TrainingError as exc:
+            plan = (0, False, str(exc))
+    start, finished, error = distributed.broadcast(plan)
+    if error is not None:
+        raise TrainingError(error)
+    if finished:
         return run_dir  # a finished run: resuming it changes nothing
     engine = build_engine(config, model=model)
-    if start > 0:
-        start = _restore_newest(engine, run_dir)  # an unreadable checkpoint falls back to the one before
-    logger = RunLogger(run_dir, purge_after=start)
-    if start == 0 and config.eval.before:
+    roll_call = distributed.roll_call()
+    if main and roll_call:
+        print(f"masrl: {roll_call}", file=sys.stderr)
+    if start > 0:  # rank 0 picks the checkpoint (an unreadable one falls back to the one before); all load it
+        ckpt = _restore_newest(engine, run_dir) if main else None
+        ckpt = distributed.broadcast(ckpt)
+        if not main:
+            _restore(engine, ckpt)
+        start = int(read_meta(ckpt)["step"])
+    logger = RunLogger(run_dir, purge_after=start) if main else None
+    if start == 0 and config.eval.before and main:
         _log_eval(engine, logger, 0, "before")
 
     cfg = config.trainer
-    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
     last = start  # the last step trained (and checkpointed) by this loop
     trained_seconds = 0.0
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
-        tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
-        episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))  # 1. sample
+        episodes = None
+        if main:  # 1. sample (rank 0; the others receive its episodes)
+            tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
+            episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))
+        episodes = distributed.broadcast(episodes)
         t_sample = time.perf_counter() - t0
         metrics = episode_metrics(episodes)
         if metrics["failed"] == metrics["trajectories"]:
@@ -240,7 +303,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         if observe is not None:
             metrics.update(observe(episodes))
         t1 = time.perf_counter()
-        for policy, samples in scored.samples.items():  # 4. update
+        for policy, samples in scored.samples.items():  # 4. update (each rank its slice)
             upd = engine.learners[policy].update(samples)
             metrics.update({f"{policy}/{k}": v for k, v in upd.items()})
         t_update = time.perf_counter() - t1
@@ -254,25 +317,29 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
             gen_tokens_per_s=gen_tokens / max(t_sample, 1e-9),
             update_tokens_per_s=upd_tokens / max(t_update, 1e-9) if upd_tokens else 0.0,
         )
-        logger.log(step, metrics)  # 5. log
-        logger.episodes(step, episodes[: cfg.log_episodes], scored.advantages)
-        bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
-        bar.update(1)
+        if main:  # 5. log
+            logger.log(step, metrics)
+            logger.episodes(step, episodes[: cfg.log_episodes], scored.advantages)
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
+            bar.update(1)
         step_seconds = time.perf_counter() - t0
         trained_seconds += step_seconds
         last = step
-        stop = out_of_time(trained_seconds, step_seconds, cfg.max_minutes)
+        stop = distributed.broadcast(out_of_time(trained_seconds, step_seconds, cfg.max_minutes))  # rank 0's clock
         final = step == cfg.steps or stop
-        if config.eval.every and step % config.eval.every == 0 and not final:
+        if config.eval.every and step % config.eval.every == 0 and not final and main:
             _log_eval(engine, logger, step, f"step {step}")
         if step % cfg.checkpoint_every == 0 or final:  # 6. checkpoint
             _checkpoint(engine, run_dir, step)
         if stop:
-            tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} ({trained_seconds / 60:.1f} min)")
+            if main:
+                tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
+                           f"({trained_seconds / 60:.1f} min)")  # fmt: skip
             break
     bar.close()
-    _log_eval(engine, logger, last, "after", final=True)
-    logger.close()
+    if main:  # evaluation runs once
+        _log_eval(engine, logger, last, "after", final=True)
+        logger.close()
     return run_dir
 
 
@@ -311,10 +378,16 @@ def _prepare_run_dir(run_dir: Path, config: Config, resuming: bool) -> int:
 
 
 def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
+    """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this)."""
+    rngs = distributed.gather(capture_rng())
+    if not distributed.is_main():
+        return
     files = {}
     for learner in engine.learners.values():
         files.update(learner.checkpoint_files())
-    files["rng.pt"] = lambda path: torch.save(capture_rng(), path)
+    files["rng.pt"] = lambda path: torch.save(rngs[0], path)
+    if len(rngs) > 1:  # ranks > 0 draw only for dropout, but a resumed run restores them too
+        files["rng_ranks.pt"] = lambda path: torch.save(rngs, path)
     meta = {"data_position": step * engine.config.trainer.batch_size}
     if hasattr(engine.system, "state_dict"):  # a system's own state (e.g. Lagrange multipliers)
         meta["system"] = engine.system.state_dict()
@@ -327,7 +400,7 @@ def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
     for learner in engine.learners.values():
         learner.load(ckpt, weights_only=weights_only)
     if not weights_only:
-        restore_rng(torch.load(ckpt / "rng.pt", weights_only=False))
+        restore_rng(_rng_state(ckpt, distributed.rank()))
     meta = read_meta(ckpt)
     state = meta.get("system")
     if state is not None and hasattr(engine.system, "load_state_dict"):
@@ -337,8 +410,8 @@ def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
             engine.frozen[name].load_state_dict(agent_state)
 
 
-def _restore_newest(engine: Engine, run_dir: Path) -> int:
-    """Load the newest checkpoint that reads back whole and return its step. One that does not
+def _restore_newest(engine: Engine, run_dir: Path) -> Path:
+    """Load the newest checkpoint that reads back whole and return it. One that does not
     (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
     for ckpt in complete_checkpoints(run_dir):
         try:
@@ -348,8 +421,18 @@ def _restore_newest(engine: Engine, run_dir: Path) -> int:
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); set aside as {aside.name}", file=sys.stderr)
             continue
-        return int(read_meta(ckpt)["step"])
+        return ckpt
     raise TrainingError(f"{run_dir}: no checkpoint reads back whole")
+
+
+def _rng_state(ckpt: Path, rank: int) -> dict:
+    """This rank's saved RNG state; rank 0's when the run had fewer processes than `rank`."""
+    ranks = ckpt / "rng_ranks.pt"
+    if rank > 0 and ranks.exists():
+        states = torch.load(ranks, weights_only=False)
+        if rank < len(states):
+            return states[rank]
+    return torch.load(ckpt / "rng.pt", weights_only=False)
 
 
 def load_trained(run_dir: Path, model=None) -> Engine:

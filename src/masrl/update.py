@@ -7,6 +7,11 @@ so summing the micro-batch gradients is exactly the full-batch gradient
 the current ones detached, which makes the clipped surrogate's gradient the
 plain REINFORCE gradient; with more epochs they are computed once up front.
 The KL reference is the same weights with the adapter disabled.
+
+With several processes (masrl.distributed) each rank runs this on its slice
+of the batch with the whole batch's normaliser; the slices' gradients are
+summed over ranks before clipping, and the metric sums likewise, so N
+processes take the step one process would.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import torch
 
 from masrl.agents.policy import PolicyModel
 from masrl.algos.losses import total_loss
+from masrl.distributed import all_reduce_grads, shard, sum_metrics
 from masrl.types import Sample
 
 
@@ -34,9 +40,13 @@ class UpdateSettings:
     temperature: float = 1.0
 
 
+def length(sample: Sample) -> int:
+    return len(sample.prompt_ids) + len(sample.response_ids)
+
+
 def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
     """Length-sorted chunks: less padding, same summed gradient."""
-    ordered = sorted(samples, key=lambda s: (len(s.prompt_ids) + len(s.response_ids)))
+    ordered = sorted(samples, key=length)
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
@@ -50,11 +60,9 @@ def update_policy(
     if not samples:
         return {}
     params = model.parameters(policy)
-    batches = micro_batches(samples, settings.micro_batch)
-    if settings.aggregation == "token_mean":
-        normalizer = float(sum(len(s.response_ids) for s in samples))
-    else:
-        normalizer = float(len(samples))
+    batches = micro_batches(shard(samples, key=length), settings.micro_batch)  # this rank's slice
+    tokens = float(sum(len(s.response_ids) for s in samples))  # the whole batch's, every rank's slice included
+    normalizer = tokens if settings.aggregation == "token_mean" else float(len(samples))
     old = [_logprobs(model, policy, mb, settings, grad=False)[0] for mb in batches] if settings.epochs > 1 else None
 
     sums: dict[str, float] = defaultdict(float)
@@ -66,27 +74,28 @@ def update_policy(
                 logp, mask = _logprobs(model, policy, mb, settings, grad=True)  # [B, R]
                 old_logp = old[i] if old is not None else logp.detach()
                 ref = _logprobs(model, None, mb, settings, grad=False)[0] if settings.kl_coef > 0 else None
-                adv = advantage_tensor(mb, logp.shape[1], logp.dtype)  # [B] or [B, R]
-                weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype)  # [B]
+                adv = advantage_tensor(mb, logp.shape[1], logp.dtype).to(logp.device)  # [B] or [B, R]
+                weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype, device=logp.device)  # [B]
                 loss, metrics = total_loss(
                     logp, old_logp, ref, adv, mask, settings.kl_coef, settings.aggregation, normalizer,
                     weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high,
                 )  # fmt: skip
                 loss.backward()
-                share = len(mb) / len(samples)  # metrics are averaged over micro-batches by size
+                # A micro-batch's diagnostics are token means over it: weighted by its share of the
+                # batch's tokens they sum to the batch's token mean, however the batch is cut (or sharded).
+                share = float(mask.sum()) / max(tokens, 1.0)
                 for k, v in metrics.items():
                     sums[k] += v * share if k not in ("loss", "pg_loss") else v
+            all_reduce_grads(params)  # the other ranks' slices
             grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
             optimizer.step()
     finally:
         model.model.eval()
         optimizer.zero_grad(set_to_none=True)
-    out = {k: v / settings.epochs for k, v in sums.items()}
+    out = {k: v / settings.epochs for k, v in sum_metrics(sums).items()}
     out["grad_norm"] = float(grad_norm)
     out["samples"] = float(len(samples))
-    out["response_tokens"] = normalizer if settings.aggregation == "token_mean" else float(
-        sum(len(s.response_ids) for s in samples)
-    )
+    out["response_tokens"] = tokens
     return out
 
 

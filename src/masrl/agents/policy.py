@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from masrl.algos.losses import token_logprobs
+from masrl.device import CPU, Placement
 from masrl.models import LoadedModel
 from masrl.types import Message, Price, Reply
 
@@ -81,6 +82,7 @@ def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: S
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
         mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
     kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if params.greedy:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -89,13 +91,14 @@ def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: S
     if params.stop:
         kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
     seeded = params.seed is not None and not params.greedy
-    # generate() samples from torch's global generator: a seeded batch forks it, so the seed neither
-    # depends on nor disturbs what other batches draw.
-    with torch.random.fork_rng(devices=[], enabled=seeded):
+    # generate() samples from torch's global generator (the model device's): a seeded batch forks it,
+    # so the seed neither depends on nor disturbs what other batches draw.
+    devices = [ids.device] if ids.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, enabled=seeded):
         if seeded:
             torch.manual_seed(params.seed)
         out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
-    return [finish_row(tokenizer, row.tolist(), params) for row in out[:, width:]]
+    return [finish_row(tokenizer, row.tolist(), params) for row in out[:, width:].cpu()]
 
 
 def finish_row(tokenizer, tokens: list[int], params: SamplingParams) -> Generation:
@@ -114,9 +117,21 @@ def finish_row(tokenizer, tokens: list[int], params: SamplingParams) -> Generati
 
 
 class PolicyModel:
-    """A base model carrying one LoRA adapter per policy name."""
+    """A base model carrying one LoRA adapter per policy name.
 
-    def __init__(self, loaded: LoadedModel, policies: Sequence[str], lora: LoraSpec | None, keep_reference: bool = True):
+    `placement` says where it runs and in which precision (masrl.device); with
+    `gradient_checkpointing` the decoder recomputes activations in the
+    backward pass instead of keeping them (training mode only)."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        policies: Sequence[str],
+        lora: LoraSpec | None,
+        keep_reference: bool = True,
+        placement: Placement = CPU,
+        gradient_checkpointing: bool = False,
+    ):
         if not policies:
             raise ValueError("PolicyModel needs at least one policy name")
         for name in policies:
@@ -129,8 +144,12 @@ class PolicyModel:
         self.tokenizer = loaded.tokenizer
         self.policies = tuple(policies)
         self.lora = lora
+        self.placement = placement
         self._lock = threading.Lock()  # one forward/generate at a time on the shared weights
         self._reference: torch.nn.Module | None = None
+        loaded.model.to(placement.device)
+        if gradient_checkpointing:  # non-reentrant: works with frozen inputs and LoRA's trainable inner weights
+            loaded.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if lora is None:
             self.model = loaded.model
             if keep_reference:
@@ -219,7 +238,7 @@ class PolicyModel:
         return encode_chat(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
-        with self._lock, self.use(policy) as model:
+        with self._lock, self.use(policy) as model, self.placement.autocast():
             return generate_batch(model, self.tokenizer, prompts, params)
 
     # ---- log-probs for the update ---------------------------------------------
@@ -236,7 +255,7 @@ class PolicyModel:
         kept are [B, R+1, V] for the response positions only.
         """
         ids, attn, pos, p_len, r_len = self._layout(prompts, responses)
-        with self.use(policy) as model:
+        with self.use(policy) as model, self.placement.autocast():
             out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_len + 1, use_cache=False)
         logits = out.logits[:, :-1]  # [B, R, V]: position P-1+j predicts response token j
         logp = token_logprobs(logits, ids[:, p_len:], temperature)  # [B, R]
@@ -255,7 +274,7 @@ class PolicyModel:
         if self.lora is None:
             raise RuntimeError("response_hidden needs LoRA adapters (model.lora_rank > 0)")
         ids, attn, pos, p_len, r_len = self._layout(prompts, responses)
-        with self.use(policy) as model:
+        with self.use(policy) as model, self.placement.autocast():
             decoder = model.get_base_model().base_model  # e.g. LlamaModel: the LoRA layers live inside it
             hidden = decoder(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
         return hidden[:, p_len - 1 : p_len - 1 + r_len], attn[:, p_len:].to(hidden.dtype)
@@ -274,7 +293,8 @@ class PolicyModel:
             attn[i, p_len - len(p) : p_len + len(r)] = 1
         # Positions as generate() saw them under left padding.
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        return ids, attn, pos, p_len, r_len
+        device = self.placement.device
+        return ids.to(device), attn.to(device), pos.to(device), p_len, r_len
 
     @property
     def hidden_size(self) -> int:

@@ -45,7 +45,7 @@ def token_logprobs(
     materialised next to the (float) logits; a bf16 -> float copy is freed as
     soon as it has been divided by the temperature.
     """
-    x = logits.float()  # [B, T, V]; same tensor when logits is already float32
+    x = logits if logits.dtype == torch.float64 else logits.float()  # [B, T, V]; bf16 -> float32, float32/64 kept
     if temperature != 1.0:
         x = x / temperature  # out of place: never modify the caller's logits
     picked = x.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
