@@ -80,8 +80,8 @@ def distinct_tiny(monkeypatch):
     """Load each tiny copy with its own seed (tiny: seed 0, any tagged copy: seed 1), so the two bases
     differ and each policy's reference can be told apart from the other's."""
 
-    def load(name, seed=0):
-        return load_model(name, seed=seed + (name != "tiny"))
+    def load(name, seed=0, **kwargs):
+        return load_model(name, seed=seed + (name != "tiny"), **kwargs)
 
     monkeypatch.setattr(masrl.engine, "load_model", load)
 
