@@ -132,9 +132,6 @@ def measure(size: str, place, args) -> dict:
     reset_peak(device)
     upd_s = timed(lambda: update_policy(pm, "bench", samples, opt, settings), device, args.reps)
     upd_peak = peak_gb(device)
-    del pm, opt
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return {
         "size": size,
         "params": params,
@@ -195,7 +192,9 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = list(SIZES) if args.size == "all" else [args.size]
     models = []
     for size in sizes:
-        row = measure(size, place, args)
+        row = measure(size, place, args)  # its model is freed on return
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         print(f"  {size}: {row['params'] / 1e9:.2f}B params, generate {row['gen_tokens_per_s']:.0f} tok/s, "
               f"update {row['update_tokens_per_s']:.0f} tok/s", file=sys.stderr)  # fmt: skip
         models.append(row)
