@@ -127,3 +127,19 @@ def test_gpu_check_sizes_are_half_and_one_and_a_half_billion_parameters():
     # Qwen2.5-0.5B and -1.5B have 0.494B and 1.544B parameters with their q/k/v biases; Llama has none.
     assert 0.48e9 < counts["0.5b"] < 0.50e9
     assert 1.53e9 < counts["1.5b"] < 1.55e9
+
+
+def test_bf16_base_weights_keep_float32_adapters_and_train():
+    """CUDA's default placement (bf16 base weights, bf16 autocast), on the CPU: peft keeps the adapter float32."""
+    from masrl.device import Placement
+
+    place = Placement(torch.device("cpu"), torch.bfloat16, torch.bfloat16)
+    pm = PolicyModel(load_model("tiny", dtype=torch.bfloat16), ["red"], LoraSpec(rank=4, alpha=8), placement=place)
+    assert {p.dtype for p in pm.parameters("red")} == {torch.float32}
+    assert pm.model.get_base_model().lm_head.weight.dtype == torch.bfloat16
+    before = pm.state_dict("red")
+    samples = [Sample("red", (5, 6, 7), (8, 9), 1.0), Sample("red", (5, 6), (8, 9, 10), -1.0)]
+    metrics = update_policy(pm, "red", samples, torch.optim.AdamW(pm.parameters("red"), lr=1e-2), UpdateSettings())
+    assert metrics["grad_norm"] > 0
+    after = pm.state_dict("red")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
