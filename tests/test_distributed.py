@@ -51,6 +51,26 @@ def test_one_process_collectives_are_identities():
     assert distributed.roll_call() is None
 
 
+def test_bad_multi_process_runs_fail_before_any_process_starts(tiny_config, run_dir, monkeypatch):
+    from masrl.config import ConfigError
+    from masrl.models import load_model
+    from masrl.train import TrainingError, train
+
+    def no_launch(*args):
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(distributed, "launch", no_launch)
+    with pytest.raises(TrainingError, match="a model object cannot be handed"):
+        train(tiny_config("trainer.processes=2"), model=load_model("tiny"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="trainer.device is cuda but torch sees no CUDA device"):
+            train(tiny_config("trainer.processes=2", "trainer.device=cuda"))
+    (run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_000001" / "meta.json").write_text('{"step": 1}')
+    with pytest.raises(TrainingError, match="already holds a run"):
+        train(tiny_config("trainer.processes=2"))
+
+
 # ---------------------------------------------------------- one update, 1 vs 2
 def _setup(kind: str, n: int):
     torch.manual_seed(0)  # LoRA A init

@@ -56,7 +56,7 @@ from masrl.checkpoint import (
     save_checkpoint,
     set_aside,
 )
-from masrl.config import Config, dump_config, load_config, validate
+from masrl.config import Config, ConfigError, dump_config, load_config, validate
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system
 from masrl.learners import CRITIC, ValueLearner
@@ -228,7 +228,10 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     if processes > 1 and not distributed.launched():
         if model is not None:
             raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
-        _prepare_run_dir(run_dir, config, resume is not None)  # a bad run directory fails here, before any spawn
+        place = engine_placement(config)  # a bad device or run directory fails here, before any spawn
+        if place.device.type == "cuda" and processes > torch.cuda.device_count():
+            raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
+        _prepare_run_dir(run_dir, config, resume is not None)
         try:
             distributed.launch(_rank_train, processes, (config.model_dump(mode="json"), str(run_dir) if resume else None))
         except distributed.RankFailed as exc:
