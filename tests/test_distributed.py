@@ -191,7 +191,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         done = subprocess.run(_cli("train", "single-arithmetic", *ARGS, f"trainer.processes={n}", f"run.dir={out[n]}"),
                               env=_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        out[f"stderr{n}"] = done.stderr
+        out[f"stderr{n}"], out[f"stdout{n}"] = done.stderr, done.stdout
     return out
 
 
@@ -199,7 +199,8 @@ def test_two_processes_log_the_seeded_metrics_of_one(runs):
     assert "2 processes (gloo): rank 0 pid" in runs["stderr2"]
     one, two = _rows(runs[1]), _rows(runs[2])
     assert [(r["step"], r["kind"]) for r in two] == [(r["step"], r["kind"]) for r in one]
-    assert [r["step"] for r in one if r["kind"] == "eval"] == [0, STEPS]  # evaluation ran once per point
+    assert [r["step"] for r in one if r["kind"] == "eval"] == [0, STEPS]
+    assert runs["stdout2"].count("eval before:") == runs["stdout2"].count("eval after:") == 1  # rank 0 only
     assert all(r["solver/grad_norm"] > 0 for r in one if r["kind"] == "train"), "every step must update"
     for a, b in zip(one, two):
         assert a.keys() == b.keys()
