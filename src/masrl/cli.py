@@ -101,7 +101,7 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
-    from masrl.evaluate import evaluate_system
+    from masrl.evaluate import eval_record, evaluate_system
     from masrl.train import TrainingError, load_trained
 
     target, overrides = _split_config(args.target, args.overrides)
@@ -122,7 +122,8 @@ def _eval(args) -> int:
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=True)
     print(result.report or json.dumps(dict(result.metrics), indent=2))
-    summary = result.payload if result.payload is not None else dict(result.metrics)
+    summary = dict(result.payload) if result.payload is not None else dict(result.metrics)
+    summary.update(eval_record(None, result))  # summary metrics and per-item results: `masrl compare` reads them
     if out is not None:
         from masrl.checkpoint import atomic_write_json
 
