@@ -1,0 +1,143 @@
+"""`masrl view` / `masrl report` / `masrl compare` / `--seeds` on tiny-model router runs; the page opened in
+headless Chromium (Debian's `chromium`, installed by scripts/setup.sh) with no console error."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from masrl.cli import main
+from masrl.stats import bootstrap_mean
+from masrl.view import smooth
+from smoke import tiny_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ROUTER = (*tiny_run(batch_size=2, eval_size=6), "system.baselines=[single,random]", "trainer.log_episodes=2")
+
+
+def chromium(page, *flags: str) -> tuple[str, list[str]]:
+    """The page's DOM after its scripts ran, and every console line Chromium logged for it."""
+    exe = shutil.which("chromium")
+    assert exe, "the viewer's test needs Debian's chromium (scripts/setup.sh installs it: apt-get install chromium)"
+    done = subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=15000", *flags, "--dump-dom", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    return done.stdout, console
+
+
+@pytest.fixture(scope="module")
+def router_run(tmp_path_factory):
+    import torch
+
+    torch.set_num_threads(1)
+    run = tmp_path_factory.mktemp("view") / "router"
+    assert main(["train", *ROUTER, f"run.dir={run}"]) == 0
+    return run
+
+
+def test_the_console_check_catches_a_javascript_error(tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><p id=p>before</p><script>document.getElementById('p').textContent='ran';"
+                    "null.field;</script></body></html>")  # fmt: skip
+    dom, console = chromium(page)
+    assert ">ran<" in dom  # the script ran before it threw
+    assert any("Uncaught TypeError" in line for line in console)
+
+
+def test_the_run_page_renders_charts_tables_and_a_tree_without_console_errors(router_run):
+    assert main(["view", str(router_run), "--no-open"]) == 0
+    page = router_run / "view.html"
+    source = page.read_text()
+    figures = source.count("Plotly.newPlot(")
+    dom, console = chromium(page)
+    assert console == []  # no JavaScript error, nor any other console output
+    # Every figure drew (plotly replaces each div's content with its plot container).
+    assert figures >= 20 and dom.count('class="plot-container plotly"') == figures
+    rows = [json.loads(line) for line in (router_run / "metrics.jsonl").read_text().splitlines()]
+    metrics = {k for r in rows if r["kind"] == "train" for k in r} - {"step", "kind"}
+    assert {"reward", "usage/sim-strong", "xi/sim-strong"} <= metrics
+    titles = set(re.findall(r'class="gtitle"[^>]*>([^<]+)<', dom))
+    assert metrics <= titles  # every training metric has its chart
+    # The final evaluation's table: every method with an interval, paired differences against the controller.
+    final = re.search(r"<caption>[^<]*evaluation at step 2, 6 items</caption>(.*?)</table>", dom, re.S)
+    assert final, "no table of the final evaluation"
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td>", final.group(1))
+    assert [r[0] for r in rows] == ["masrl controller", "single:sim-weak", "single:sim-medium", "single:sim-strong", "random"]
+    saved = json.loads((router_run / "evals" / "step-000002.json").read_text())
+    controller = saved["per_item"][0]["scores"]["accuracy"]
+    assert rows[0][1] == bootstrap_mean(controller).format()  # the page shows masrl.stats' interval of the saved items
+    # The system's own views: usage over training and the confusion matrices.
+    assert "usage per agent over training" in dom and "routing: weakest solver" in dom
+    # Episode trees: the first logged step is shown, the other hidden; calls carry return, group, advantage.
+    shown = re.findall(r'<div class="step" id="(r0s\d+)"( hidden="")?>', dom)
+    assert shown == [("r0s1", ""), ("r0s2", ' hidden=""')]
+    step1 = dom.split('id="r0s1"')[1].split('id="r0s2"')[0]
+    assert step1.count('class="tree"') == 2 and 'class="call"' in step1 and "advantage <b>" in step1
+    assert re.search(r'data-group="r0s1-g\d+"', step1)
+
+
+def test_report_writes_the_same_page_and_a_screenshot_shows_it(router_run, tmp_path):
+    assert main(["report", str(router_run)]) == 0
+    report = router_run / "report.html"
+    assert "Plotly.newPlot(" in report.read_text() and "<script src=" not in report.read_text()  # self-contained
+    shot = tmp_path / "page.png"
+    chromium(report, "--window-size=1200,900", f"--screenshot={shot}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_samples_record_what_the_trees_need(router_run):
+    records = [json.loads(line) for line in (router_run / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["episode"]) for r in records] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    calls = records[0]["calls"]
+    trained = [c for c in calls if c["policy"] == "controller"]
+    assert trained and all(c["return"] is not None and c["group"] is not None for c in trained)
+    # siblings grouping: a group's advantages are its returns minus their mean (grpo_mean)
+    by_group: dict[int, list[dict]] = {}
+    for c in trained:
+        by_group.setdefault(c["group"], []).append(c)
+    for members in by_group.values():
+        mean = sum(c["return"] for c in members) / len(members)
+        assert all(abs(c["advantage"] - (c["return"] - mean)) < 1e-9 for c in members)
+    assert any(len(members) == 2 for members in by_group.values())  # G = 2 candidates per decision
+
+
+def test_log_episodes_every_keeps_the_first_step_and_every_nth(tmp_path):
+    run = tmp_path / "run"
+    argv = ["train", *tiny_run(batch_size=1, eval_size=2), "trainer.steps=3", "trainer.log_episodes=1",
+            "trainer.log_episodes_every=2", "eval.before=false", f"run.dir={run}", "system.baselines=[]"]  # fmt: skip
+    assert main(argv) == 0
+    steps = [json.loads(line)["step"] for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+
+
+def test_compare_two_runs_and_seeds(tmp_path, capsys):
+    base = tmp_path / "r"
+    argv = ["train", *tiny_run(batch_size=1, eval_size=4), "trainer.steps=1", "eval.before=false",
+            "system.baselines=[single]", f"run.dir={base}", "--seeds", "2"]  # fmt: skip
+    assert main(argv) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r-seed0", "r-seed1"]
+    assert [yaml.safe_load((tmp_path / f"r-seed{k}" / "config.yaml").read_text())["run"]["seed"] for k in (0, 1)] == [0, 1]
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "r-seed0"), str(tmp_path / "r-seed1")]) == 0
+    out = capsys.readouterr().out
+    # the simulated pool's draws do not depend on the controller: single:sim-weak is the same in both seeds
+    assert "paired difference" in out and "4 common items" in out
+    assert main(["compare", str(base)]) == 0  # the prefix pools both seeds
+    out = capsys.readouterr().out
+    assert "| masrl controller |" in out and "(seeds " in out
+    assert main(["compare", str(tmp_path / "nothing")]) == 1
+
+
+def test_smoothing_is_a_debiased_moving_average():
+    # w = 0.5: s1 = 0.5*1 / (1 - 0.5) = 1; s2 = (0.25 + 0.5*3) / (1 - 0.25) = 7/3
+    assert smooth([1.0, 3.0], 0.5) == [1.0, pytest.approx(7 / 3)]
