@@ -141,3 +141,29 @@ def test_compare_two_runs_and_seeds(tmp_path, capsys):
 def test_smoothing_is_a_debiased_moving_average():
     # w = 0.5: s1 = 0.5*1 / (1 - 0.5) = 1; s2 = (0.25 + 0.5*3) / (1 - 0.25) = 7/3
     assert smooth([1.0, 3.0], 0.5) == [1.0, pytest.approx(7 / 3)]
+
+
+SYSTEMS = {  # a 1-step tiny-model run of each system with views of its own; the view title the page must show
+    "budget-grpo": (("system.protocol=free", "system.labels=names", "system.shuffle_options=false",
+                     "system.prefill=<call>sim-nano: check this</call>", "system.max_rounds=3"),
+                    "cost-accuracy per budget mode"),
+    "puppeteer-llm": ((), "orchestration graphs, first and latest evaluation"),
+    "search-fof": (("task.config={synthetic: {people: 60, cities: 12, countries: 3, rivers: 4, universities: 4, films: 12,"
+                    " books: 12, songs: 8, bands: 4, companies: 8, train_questions: 40, eval_questions: 10}}",),
+                   "F1 by evaluation, sampler fork_on_first"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("config", list(SYSTEMS))
+def test_each_systems_views_render_in_the_browser(config, tmp_path):
+    extra, title = SYSTEMS[config]
+    run = tmp_path / "run"
+    argv = ["train", config, *tiny_run(batch_size=2, eval_size=3), "trainer.steps=1", f"run.dir={run}",
+            f"system.cache_dir={tmp_path / 'cache'}" if config.startswith("search") else "trainer.log_episodes=1", *extra]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["report", str(run)]) == 0
+    page = run / "report.html"
+    dom, console = chromium(page)
+    assert console == []
+    assert dom.count('class="plot-container plotly"') == page.read_text().count("Plotly.newPlot(")
+    assert title in dom and "[95% CI]" in dom

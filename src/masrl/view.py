@@ -337,3 +337,16 @@ def write_page(paths: Sequence[Path], out: Path) -> Path:
 
     atomic_write_text(out, page_html(paths))
     return Path(out)
+
+
+def saved_evaluations(run_dir: Path) -> list[tuple[int, list]]:
+    """Every evaluation a run saved per item, (step, [ItemScores]) in step order (for systems' views)."""
+    from masrl.evaluate import EVALS_DIR, read_eval_items
+
+    out = []
+    for f in sorted((Path(run_dir) / EVALS_DIR).glob("step-*.json")):
+        try:
+            out.append((int(f.stem.split("-")[1]), read_eval_items(f)))
+        except ValueError:
+            continue
+    return out
