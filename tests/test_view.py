@@ -136,6 +136,10 @@ def test_compare_two_runs_and_seeds(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| masrl controller |" in out and "(seeds " in out
     assert main(["compare", str(tmp_path / "nothing")]) == 1
+    page = tmp_path / "seeds.html"
+    assert main(["view", str(base), "--no-open", "--out", str(page)]) == 0  # both seeds overlaid, evaluations pooled
+    text = page.read_text()
+    assert "evaluation at step 1, 4 items, 2 seeds pooled per item" in text and "(r-seed1)" in text
 
 
 def test_smoothing_is_a_debiased_moving_average():

@@ -44,13 +44,13 @@ from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
-from masrl.view import Table, View
+from masrl.view import Table, View, saved_evaluations
 
 __all__ = [
     "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
     "ItemScores", "Message", "Price", "Reply", "Step", "System", "SystemEval", "SystemSection", "SystemSpec", "Table",
     "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View", "evaluate_episodes", "format_reward", "grade",
-    "held_out", "lazy", "match_agent", "reward_terms",
+    "held_out", "lazy", "match_agent", "reward_terms", "saved_evaluations",
 ]  # fmt: skip
 
 # Sampler rules (sampler.rule) that need nothing of a system beyond the System protocol.

@@ -2,12 +2,12 @@
 
 - `config`: its `system` section (retriever, limits, the agent-specific penalties);
 - `system`: Rewriter -> retriever -> Reranker -> Answerer over one shared policy, its rewards
-  (F1, the agent-specific penalties of appendix B) and metrics.
+  (F1, the agent-specific penalties of appendix B) and metrics;
+- `views`: its section of the run page (`masrl view`): F1 and EM by evaluation, with intervals.
 
 Its samplers (FoF, IS, RR) are branching rules of the engine (masrl.rollout.tree) and its
 backward propagation and heterogeneous groups are credit and grouping rules (masrl.algos.credit);
 the task (multi-hop questions over a corpus) is masrl.tasks.search.
-- `views`: its section of the run page (`masrl view`): F1 and EM by evaluation, with intervals.
 """
 
 from __future__ import annotations
