@@ -136,6 +136,9 @@ def test_compare_two_runs_and_seeds(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| masrl controller |" in out and "(seeds " in out
     assert main(["compare", str(tmp_path / "nothing")]) == 1
+    seed0 = tmp_path / "r-seed0"
+    assert main(["compare", str(seed0), str(seed0 / "evals" / "step-000001.json")]) == 0  # a saved file is a run too
+    assert "4 common items: 0.000 [0.000, 0.000] (the interval holds 0)" in capsys.readouterr().out  # itself
     page = tmp_path / "seeds.html"
     assert main(["view", str(base), "--no-open", "--out", str(page)]) == 0  # both seeds overlaid, evaluations pooled
     text = page.read_text()

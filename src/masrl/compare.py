@@ -12,6 +12,9 @@ scores are averaged over the seeds (masrl.stats.pool_seeds).
   first: the trained policy) against each other method on the same items.
 - `masrl compare RUN_A RUN_B`: the two runs' methods side by side and the
   paired difference A - B of one method (default: each run's first).
+
+A RUN may also be one saved evaluation file: `masrl compare RUN
+RUN/evals/step-000000.json` is the trained policy against the untrained one.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ class Evaluated:
 
 
 def load_evaluated(path: Path) -> list[Evaluated]:
-    """The methods of a run's (or a seed group's) final evaluation, in the evaluation's order."""
+    """The methods of a run's (or a seed group's) final evaluation, in the evaluation's order; a path to
+    one saved evaluation file (RUN/evals/step-000000.json: the untrained policy) reads that one."""
+    if Path(path).is_file():
+        return pool_methods([read_eval_items(Path(path))])
     runs = seed_runs(path)
     per_run = [read_eval_items(final_eval_path(r)) for r in runs]
     return pool_methods(per_run)
