@@ -1,12 +1,13 @@
-"""`masrl view` / `masrl report` / `masrl compare` / `--seeds` on tiny-model router runs; the page opened in
-headless Chromium (Debian's `chromium`, installed by scripts/setup.sh) with no console error."""
+"""`masrl view` / `masrl report` / `masrl compare` / `--seeds` on tiny-model runs; the page opened in headless
+Chromium (Debian's `chromium`, installed by scripts/setup.sh, driven by playwright) with no console error."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
-import subprocess
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,18 +22,27 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 ROUTER = (*tiny_run(batch_size=2, eval_size=6), "system.baselines=[single,random]", "trainer.log_episodes=2")
 
 
-def chromium(page, *flags: str) -> tuple[str, list[str]]:
-    """The page's DOM after its scripts ran, and every console line Chromium logged for it."""
+@contextmanager
+def opened(path, width: int = 1300):
+    """The page in Debian's headless chromium (driven by playwright; its own browser download is not needed),
+    and every console message and uncaught error it produced. Opened per test: playwright's sync API holds
+    an event loop on this thread, and training (asyncio.run) cannot run beside it."""
+    from playwright.sync_api import sync_playwright
+
     exe = shutil.which("chromium")
     assert exe, "the viewer's test needs Debian's chromium (scripts/setup.sh installs it: apt-get install chromium)"
-    done = subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-         "--virtual-time-budget=15000", *flags, "--dump-dom", page.resolve().as_uri()],
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
-    return done.stdout, console
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        console: list[str] = []
+        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: console.append(f"uncaught: {e}"))
+        page.goto(Path(path).resolve().as_uri())
+        page.wait_for_load_state("load")
+        try:
+            yield page, console
+        finally:
+            browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +56,24 @@ def router_run(tmp_path_factory):
 
 
 def test_the_console_check_catches_a_javascript_error(tmp_path):
-    page = tmp_path / "broken.html"
-    page.write_text("<html><body><p id=p>before</p><script>document.getElementById('p').textContent='ran';"
-                    "null.field;</script></body></html>")  # fmt: skip
-    dom, console = chromium(page)
-    assert ">ran<" in dom  # the script ran before it threw
-    assert any("Uncaught TypeError" in line for line in console)
+    path = tmp_path / "broken.html"
+    path.write_text("<html><body><p id=p>before</p><script>document.getElementById('p').textContent='ran';"
+                    "console.error('said so'); null.field;</script></body></html>")  # fmt: skip
+    with opened(path) as (page, console):
+        assert page.text_content("#p") == "ran"  # the script ran before it threw
+    assert console[0] == "error: said so" and "Cannot read properties of null" in console[1], console
 
 
 def test_the_run_page_renders_charts_tables_and_a_tree_without_console_errors(router_run):
     assert main(["view", str(router_run), "--no-open"]) == 0
-    page = router_run / "view.html"
-    source = page.read_text()
+    path = router_run / "view.html"
+    with opened(path) as (page, console):
+        check_router_page(page, console, path.read_text(), router_run)
+
+
+def check_router_page(page, console, source, router_run):
     figures = source.count("Plotly.newPlot(")
-    dom, console = chromium(page)
+    dom = page.content()
     assert console == []  # no JavaScript error, nor any other console output
     # Every figure drew (plotly replaces each div's content with its plot container).
     assert figures >= 20 and dom.count('class="plot-container plotly"') == figures
@@ -83,16 +97,25 @@ def test_the_run_page_renders_charts_tables_and_a_tree_without_console_errors(ro
     assert shown == [("r0s1", ""), ("r0s2", ' hidden=""')]
     step1 = dom.split('id="r0s1"')[1].split('id="r0s2"')[0]
     assert step1.count('class="tree"') == 2 and 'class="call"' in step1 and "advantage <b>" in step1
-    assert re.search(r'data-group="r0s1-g\d+"', step1)
+    assert page.locator("#r0s1 .tree").first.is_visible() and not page.locator("#r0s2").is_visible()
+    # Clicking a call highlights exactly the calls of its group (G = 2 siblings), nothing else.
+    call = page.locator("#r0s1 .call").first
+    group = call.get_attribute("data-group")
+    assert re.fullmatch(r"r0s1-g\d+", group)
+    call.locator("summary").first.click()
+    highlighted = page.locator(".call.hl")
+    assert highlighted.count() == 2 and {highlighted.nth(i).get_attribute("data-group") for i in range(2)} == {group}
+    page.select_option("#step-pick", "r0s2")  # another step: its trees show, step 1's hide
+    assert page.locator("#r0s2 .tree").first.is_visible() and not page.locator("#r0s1").is_visible()
+    assert console == []
 
 
-def test_report_writes_the_same_page_and_a_screenshot_shows_it(router_run, tmp_path):
+def test_report_writes_the_same_page_and_a_screenshot_shows_it(router_run):
     assert main(["report", str(router_run)]) == 0
     report = router_run / "report.html"
     assert "Plotly.newPlot(" in report.read_text() and "<script src=" not in report.read_text()  # self-contained
-    shot = tmp_path / "page.png"
-    chromium(report, "--window-size=1200,900", f"--screenshot={shot}")
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    with opened(report) as (page, console):
+        assert page.screenshot()[:8] == b"\x89PNG\r\n\x1a\n" and console == []
 
 
 def test_samples_record_what_the_trees_need(router_run):
@@ -169,8 +192,9 @@ def test_each_systems_views_render_in_the_browser(config, tmp_path):
             f"system.cache_dir={tmp_path / 'cache'}" if config.startswith("search") else "trainer.log_episodes=1", *extra]  # fmt: skip
     assert main(argv) == 0
     assert main(["report", str(run)]) == 0
-    page = run / "report.html"
-    dom, console = chromium(page)
+    path = run / "report.html"
+    with opened(path) as (page, console):
+        dom = page.content()
     assert console == []
-    assert dom.count('class="plot-container plotly"') == page.read_text().count("Plotly.newPlot(")
+    assert dom.count('class="plot-container plotly"') == path.read_text().count("Plotly.newPlot(")
     assert title in dom and "[95% CI]" in dom
