@@ -102,7 +102,8 @@ def check_router_page(page, console, source, router_run):
     call = page.locator("#r0s1 .call").first
     group = call.get_attribute("data-group")
     assert re.fullmatch(r"r0s1-g\d+", group)
-    call.locator("summary").first.click()
+    call.locator(".grp").first.click()
+    assert call.evaluate("e => e.open")  # the badge highlights; it does not fold the call
     highlighted = page.locator(".call.hl")
     assert highlighted.count() == 2 and {highlighted.nth(i).get_attribute("data-group") for i in range(2)} == {group}
     page.select_option("#step-pick", "r0s2")  # another step: its trees show, step 1's hide

@@ -166,11 +166,11 @@ def eval_tables(name: str, paths: Sequence[Path]) -> list[Table]:
         methods = pool_methods(per_run)
         metrics = [k for k in ("accuracy", "f1", "em", "cost", "tokens") if all(k in m.scores for m in methods)]
         first = methods[0]
-        cols = ["method", *[f"{k} [95% CI]" for k in metrics]]
+        cols = ["method", *[f"{'cost $/item' if k == 'cost' else k} [95% CI]" for k in metrics]]
         cols += [f"{first.method} minus it, {k} [95% CI]" for k in metrics[:1]]
         rows = []
         for m in methods:
-            cells = [m.method, *[interval(m, k).format(4 if k == "cost" else 3) for k in metrics]]
+            cells = [m.method, *[interval(m, k).format(6 if k == "cost" else 3) for k in metrics]]
             cells += ["" if m is first else difference(first, m, k).format() for k in metrics[:1]]
             rows.append(tuple(cells))
         seeds = f", {len(paths)} seeds pooled per item" if len(paths) > 1 else ""
@@ -206,7 +206,8 @@ def tree_html(record: dict, key: str) -> str:
         head = (f"<span class='who'>{html.escape(c['agent'])}</span> <span class='dim'>role {html.escape(str(c.get('role', '')))}"
                 f", turn {c['turn']}, call {html.escape(c['id'])}</span> reward {num(c.get('reward'))}"
                 f" | return {num(c.get('return'))} | advantage <b>{num(c.get('advantage'))}</b>"
-                + (f" | <span class='grp'>group {c['group']}</span>" if group else "")
+                + (f" | <span class='grp' title='highlight the calls compared with this one' "
+                   f"onclick='hl(event, this)'>group {c['group']}</span>" if group else "")
                 + (f" <span class='err'>error: {html.escape(c['error'])}</span>" if c.get("error") else ""))  # fmt: skip
         prompt = "".join(f"<div class='msg'><b>{html.escape(r)}</b>: {html.escape(t)}</div>" for r, t in c.get("prompt", []))
         body = (f"<details class='io'><summary>prompt ({len(c.get('prompt', []))} messages)</summary>{prompt}</details>"
@@ -214,7 +215,7 @@ def tree_html(record: dict, key: str) -> str:
                 f"<div class='dim'>rewards: {html.escape(rewards)}; tokens {c.get('tokens_in', 0)} in, "
                 f"{c.get('tokens_out', 0)} out; cost ${c.get('cost', 0.0):.6f}; action {html.escape(str(c.get('action')))}</div>")  # fmt: skip
         children = "".join(node(k) for k in kids.get(c["id"], []))
-        return (f"<details open class='call' data-group='{group}'><summary onclick='hl(this)'>{head}</summary>"
+        return (f"<details open class='call' data-group='{group}'><summary>{head}</summary>"
                 f"{body}{children}</details>")  # fmt: skip
 
     task = record["task"]
@@ -237,14 +238,15 @@ def trees_html(runs: Sequence[tuple[str, Path]]) -> str:
     if not blocks:
         return "<p>No episode trees: samples.jsonl is empty (trainer.log_episodes: 0?).</p>"
     return (f"<p>Step: <select id='step-pick' onchange='pick(this.value)'>{''.join(options)}</select> "
-            "<span class='dim'>Click a call to highlight the calls its advantage was computed with (its group).</span></p>"
+            "<span class='dim'>Click a call's group to highlight the calls its advantage was computed against.</span></p>"
             + "".join(blocks))  # fmt: skip
 
 
 SCRIPT = """
 function pick(key){document.querySelectorAll('.step').forEach(d=>{d.hidden=(d.id!==key);});}
-function hl(summary){
-  const g=summary.parentElement.dataset.group;
+function hl(event, badge){
+  event.preventDefault(); event.stopPropagation();  // a click on the badge does not fold the call
+  const g=badge.closest('.call').dataset.group;
   document.querySelectorAll('.call.hl').forEach(e=>e.classList.remove('hl'));
   if(g){document.querySelectorAll('.call[data-group="'+g+'"]').forEach(e=>e.classList.add('hl'));}
 }
@@ -258,7 +260,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222} h2{border-bottom:
 .t caption{text-align:left;font-weight:bold;padding:4px 0} .dim{color:#777;font-size:12px}
 .tree{border:1px solid #ddd;padding:6px;margin:8px 0;font-size:13px} .call{margin-left:18px;border-left:2px solid #eee;padding-left:6px}
 .call>summary{cursor:pointer} .call.hl>summary{background:#ffe9a8} .who{font-weight:bold;color:#1f4e9b}
-.grp{background:#eef;padding:0 4px} .msg,.resp{white-space:pre-wrap;font-family:monospace;font-size:12px;margin:2px 0}
+.grp{background:#eef;padding:0 4px;cursor:pointer;text-decoration:underline dotted} .msg,.resp{white-space:pre-wrap;font-family:monospace;font-size:12px;margin:2px 0}
 .err{color:#b00} .io{margin:2px 0}
 """
 
