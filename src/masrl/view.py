@@ -103,7 +103,7 @@ def metric_groups(keys: Sequence[str], own: Sequence[str]) -> list[tuple[str, li
     for k in keys:
         if k in own:
             continue
-        groups.setdefault(k.split("/")[0] if "/" in k else "step", []).append(k)
+        groups.setdefault(k.split("/")[0] if "/" in k else "per step", []).append(k)
     return [(g, ks) for g, ks in groups.items() if ks]
 
 
