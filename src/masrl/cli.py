@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list the built-in models and whether they are ready")
     sub.add_parser("systems", help="list the systems and task families available, built in and installed")
 
-    r = sub.add_parser("report", help="write RUN_DIR/report.html (the `masrl view` page, one file to mail) and print the curve")
+    r = sub.add_parser("report", help="write RUN_DIR/report.html (`masrl view`'s page as one file) and print the curve")
     r.add_argument("run_dir", help="a run directory")
 
     s = sub.add_parser("serve", help="serve a trained policy over an OpenAI-compatible HTTP API")
@@ -126,8 +126,8 @@ def seed_configs(config, n: int) -> list:
     if n < 1:
         raise ConfigError(f"--seeds must be at least 1, got {n}")
     seeds = [config.run.seed + k for k in range(n)]
-    return [config.model_copy(update={"run": config.run.model_copy(update={"seed": s, "dir": f"{config.run.dir}-seed{s}"})})
-            for s in seeds]  # fmt: skip
+    runs = [config.run.model_copy(update={"seed": s, "dir": f"{config.run.dir}-seed{s}"}) for s in seeds]
+    return [config.model_copy(update={"run": run}) for run in runs]
 
 
 def _eval(args) -> int:
@@ -177,7 +177,8 @@ def _view(args) -> int:
     from masrl.view import write_page
 
     runs = [Path(r) for r in args.runs]
-    out = Path(args.out) if args.out else (runs[0] / "view.html" if len(runs) == 1 and runs[0].is_dir() else Path("masrl-view.html"))
+    one_run = len(runs) == 1 and runs[0].is_dir()
+    out = Path(args.out) if args.out else (runs[0] / "view.html" if one_run else Path("masrl-view.html"))
     try:
         path = write_page(runs, out)
     except (FileNotFoundError, ValueError) as exc:

@@ -203,17 +203,20 @@ def tree_html(record: dict, key: str) -> str:
     def node(c: dict) -> str:
         group = "" if c.get("group") is None else f"{key}-g{c['group']}"
         rewards = ", ".join(f"{k} {v:.3g}" for k, v in (c.get("rewards") or {}).items()) or "none"
-        head = (f"<span class='who'>{html.escape(c['agent'])}</span> <span class='dim'>role {html.escape(str(c.get('role', '')))}"
-                f", turn {c['turn']}, call {html.escape(c['id'])}</span> reward {num(c.get('reward'))}"
-                f" | return {num(c.get('return'))} | advantage <b>{num(c.get('advantage'))}</b>"
-                + (f" | <span class='grp' title='highlight the calls compared with this one' "
-                   f"onclick='hl(event, this)'>group {c['group']}</span>" if group else "")
-                + (f" <span class='err'>error: {html.escape(c['error'])}</span>" if c.get("error") else ""))  # fmt: skip
-        prompt = "".join(f"<div class='msg'><b>{html.escape(r)}</b>: {html.escape(t)}</div>" for r, t in c.get("prompt", []))
+        e = html.escape
+        head = (f"<span class='who'>{e(c['agent'])}</span> <span class='dim'>role {e(str(c.get('role', '')))}, "
+                f"turn {c['turn']}, call {e(c['id'])}</span> reward {num(c.get('reward'))}"
+                f" | return {num(c.get('return'))} | advantage <b>{num(c.get('advantage'))}</b>")  # fmt: skip
+        if group:
+            head += (" | <span class='grp' title='highlight the calls compared with this one' "
+                     f"onclick='hl(event, this)'>group {c['group']}</span>")  # fmt: skip
+        if c.get("error"):
+            head += f" <span class='err'>error: {e(c['error'])}</span>"
+        prompt = "".join(f"<div class='msg'><b>{e(r)}</b>: {e(t)}</div>" for r, t in c.get("prompt", []))
         body = (f"<details class='io'><summary>prompt ({len(c.get('prompt', []))} messages)</summary>{prompt}</details>"
-                f"<div class='resp'><b>response</b>: {html.escape(c.get('response') or '')}</div>"
-                f"<div class='dim'>rewards: {html.escape(rewards)}; tokens {c.get('tokens_in', 0)} in, "
-                f"{c.get('tokens_out', 0)} out; cost ${c.get('cost', 0.0):.6f}; action {html.escape(str(c.get('action')))}</div>")  # fmt: skip
+                f"<div class='resp'><b>response</b>: {e(c.get('response') or '')}</div>"
+                f"<div class='dim'>rewards: {e(rewards)}; tokens {c.get('tokens_in', 0)} in, {c.get('tokens_out', 0)} "
+                f"out; cost ${c.get('cost', 0.0):.6f}; action {e(str(c.get('action')))}</div>")  # fmt: skip
         children = "".join(node(k) for k in kids.get(c["id"], []))
         return (f"<details open class='call' data-group='{group}'><summary>{head}</summary>"
                 f"{body}{children}</details>")  # fmt: skip
@@ -258,9 +261,11 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222} h2{border-bottom:
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:8px}
 .t{border-collapse:collapse;margin:.8em 0;font-size:13px} .t td,.t th{border:1px solid #ccc;padding:3px 7px}
 .t caption{text-align:left;font-weight:bold;padding:4px 0} .dim{color:#777;font-size:12px}
-.tree{border:1px solid #ddd;padding:6px;margin:8px 0;font-size:13px} .call{margin-left:18px;border-left:2px solid #eee;padding-left:6px}
+.tree{border:1px solid #ddd;padding:6px;margin:8px 0;font-size:13px}
+.call{margin-left:18px;border-left:2px solid #eee;padding-left:6px}
 .call>summary{cursor:pointer} .call.hl>summary{background:#ffe9a8} .who{font-weight:bold;color:#1f4e9b}
-.grp{background:#eef;padding:0 4px;cursor:pointer;text-decoration:underline dotted} .msg,.resp{white-space:pre-wrap;font-family:monospace;font-size:12px;margin:2px 0}
+.grp{background:#eef;padding:0 4px;cursor:pointer;text-decoration:underline dotted}
+.msg,.resp{white-space:pre-wrap;font-family:monospace;font-size:12px;margin:2px 0}
 .err{color:#b00} .io{margin:2px 0}
 """
 
