@@ -73,6 +73,11 @@ def pool_methods(per_run: Sequence[Sequence[ItemScores]]) -> list[Evaluated]:
     return out
 
 
+def digits(metric: str) -> int:
+    """Decimals a metric is printed with: dollars per item need six."""
+    return 6 if metric == "cost" else 3
+
+
 def interval(e: Evaluated, metric: str, seed: int = 0) -> Interval:
     return bootstrap_mean(e.scores[metric], seed=seed)
 
@@ -91,8 +96,8 @@ def _metric_of(methods: Sequence[Evaluated], metric: str) -> None:
 
 
 def _seeds_cell(e: Evaluated, metric: str) -> str:
-    means = e.seed_means[metric]
-    return "" if len(means) < 2 else f" (seeds {min(means):.3f}-{max(means):.3f})"
+    means, d = e.seed_means[metric], digits(metric)
+    return "" if len(means) < 2 else f" (seeds {min(means):.{d}f}-{max(means):.{d}f})"
 
 
 def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy") -> str:
@@ -101,8 +106,9 @@ def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy") -> 
     first = methods[0]
     lines = [f"| method | {metric} [95% CI] | {first.method} minus it [95% CI] |", "|---|---|---|"]
     for m in methods:
-        diff = "" if m is first else difference(first, m, metric).format()
-        lines.append(f"| {m.method} | {interval(m, metric).format()}{_seeds_cell(m, metric)} | {diff} |")
+        d = digits(metric)
+        diff = "" if m is first else difference(first, m, metric).format(d)
+        lines.append(f"| {m.method} | {interval(m, metric).format(d)}{_seeds_cell(m, metric)} | {diff} |")
     return "\n".join(lines)
 
 
@@ -113,14 +119,15 @@ def between_runs_text(a_name: str, a: Sequence[Evaluated], b_name: str, b: Seque
     lines = [f"| run | method | {metric} [95% CI] | items |", "|---|---|---|---|"]
     for name, methods in ((a_name, a), (b_name, b)):
         for m in methods:
-            lines.append(f"| {name} | {m.method} | {interval(m, metric).format()}{_seeds_cell(m, metric)} | {len(m.ids)} |")
+            cell = f"{interval(m, metric).format(digits(metric))}{_seeds_cell(m, metric)}"
+            lines.append(f"| {name} | {m.method} | {cell} | {len(m.ids)} |")
     pick = (lambda ms: next((m for m in ms if m.method == method), None)) if method else (lambda ms: ms[0])
     ma, mb = pick(a), pick(b)
     if ma is None or mb is None:
         raise ValueError(f"method {method!r} is not in both runs: {[m.method for m in a]} / {[m.method for m in b]}")
     diff = difference(ma, mb, metric)
     lines += ["", f"paired difference ({a_name}: {ma.method}) - ({b_name}: {mb.method}), {metric}, "
-              f"{diff.n} common items: {diff.format()}" + ("" if diff.excludes_zero() else " (the interval holds 0)")]  # fmt: skip
+              f"{diff.n} common items: {diff.format(digits(metric))}" + ("" if diff.excludes_zero() else " (the interval holds 0)")]  # fmt: skip
     return "\n".join(lines)
 
 
