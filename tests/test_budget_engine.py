@@ -199,6 +199,13 @@ def test_eval_of_a_budget_run_and_the_soft_reward(tmp_path, capsys):
     saved = json.loads((run / "eval.json").read_text())
     assert [m["mode"] for m in saved["modes"]] == ["low", "high"]
     assert [b["method"] for b in saved["baselines"]][-1] == "random" and "| random |" in out
+    # per-item results of every mode and reference row, consistent with the summary rows
+    per_item = {m["method"]: m["scores"] for m in saved["per_item"]}
+    assert list(per_item)[:2] == ["controller: low", "controller: high"] and "random" in per_item
+    for mode in saved["modes"]:
+        scores = per_item[f"controller: {mode['mode']}"]
+        assert sum(scores["accuracy"]) / len(scores["accuracy"]) == mode["accuracy"]
+        assert sum(scores["cost"]) == pytest.approx(mode["total_cost"])
     train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
     # soft: no answer (perf 0) minus 0.5 * cost / B, so the trained reward is negative and differs from hard
     assert all(r["reward"] < 0 and r["reward/hard"] == 0.0 for r in train)

@@ -46,7 +46,12 @@ def test_eval_of_a_run_writes_eval_json(trained, capsys):
     assert main(["eval", str(trained)]) == 0
     result = json.loads((trained / "eval.json").read_text())
     assert 0.0 <= result["accuracy"] <= 1.0 and result["items"] == 2 and result["failed"] == 0
-    assert json.loads(capsys.readouterr().out) == result
+    printed = json.loads(capsys.readouterr().out)
+    assert {k: result[k] for k in printed} == printed and result["metrics"] == printed
+    (policy,) = result["per_item"]  # one method, one accuracy and cost per held-out item
+    assert policy["method"] == "policy" and len(policy["ids"]) == 2
+    assert sum(policy["scores"]["accuracy"]) / 2 == result["accuracy"]
+    assert sum(policy["scores"]["cost"]) == result["cost"]
 
 
 def test_resuming_a_finished_run_is_a_no_op(trained):

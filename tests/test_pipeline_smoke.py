@@ -55,6 +55,8 @@ def test_eval_of_a_pipeline_run_reports_em_and_f1(tmp_path, capsys):
     assert main(["eval", str(run)]) == 0
     saved = json.loads((run / "eval.json").read_text())
     assert {"accuracy", "em", "f1", "calls_per_question"} <= set(saved) and saved["items"] == 4
+    (policy,) = saved["per_item"]  # F1 per question (eval_item_metrics), so F1 gets an interval
+    assert sum(policy["scores"]["f1"]) / 4 == pytest.approx(saved["f1"]) and len(policy["scores"]["em"]) == 4
     assert main(["report", str(run)]) == 0  # figure 8's per-agent curves
     page = (run / "report.html").read_text()
     assert "sub-queries written" in page and "documents selected" in page and "held-out F1" in page

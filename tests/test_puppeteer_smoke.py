@@ -85,6 +85,9 @@ def test_head_run_evaluates_from_its_checkpoint(tmp_path, capsys):
     assert main(["eval", str(run)]) == 0
     summary = json.loads((run / "eval.json").read_text())
     assert summary["items"] == 3 and 0.0 <= summary["accuracy"] <= 1.0 and "graph_cycles" in summary
+    (orchestrator,) = summary["per_item"]  # the vote's correctness per task, as the summary counts it
+    assert sum(orchestrator["scores"]["accuracy"]) / 3 == summary["accuracy"]
+    assert sum(orchestrator["scores"]["cost"]) == pytest.approx(summary["cost"])
     capsys.readouterr()
     assert main(["serve", str(run)]) == 2  # a scoring head is no chat model
     assert "no language-model policy" in capsys.readouterr().err

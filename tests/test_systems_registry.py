@@ -138,14 +138,14 @@ def test_an_old_layout_config_loads_as_the_new_one_and_says_what_moved(tmp_path,
     assert search.system.kind == "search" and search.task.config == {"synthetic": {"people": 60}}
 
 
-def test_the_report_draws_the_systems_own_curves(tmp_path):
-    from masrl.report import system_curves
+def test_the_view_finds_the_runs_system_its_curves_and_views(tmp_path):
+    from masrl.view import system_spec
 
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("system: {kind: search}\n")
-    assert [key for key, _ in system_curves(run)][:2] == ["eval/f1", "calls_per_question"]
+    assert [key for key, _ in system_spec(run).curves][:2] == ["eval/f1", "calls_per_question"]
     (run / "config.yaml").write_text("system: {kind: router}\n")
-    assert system_curves(run) == ()
+    assert system_spec(run).curves == () and system_spec(run).views is not None
     (run / "config.yaml").write_text("system: {kind: gone_plugin:SYSTEM}\n")
-    assert system_curves(run) == ()  # an uninstalled plugin's run still gets the engine's curves
+    assert system_spec(run) is None  # an uninstalled plugin's run still gets the engine's curves

@@ -1,4 +1,4 @@
-"""`masrl train | eval | models | systems | report | serve`, and the commands systems add.
+"""`masrl train | eval | compare | view | models | systems | report | serve`, and the commands systems add.
 
 Config mistakes print one message and exit with code 2 (no traceback); a run
 that cannot go on exits with code 1 and says why.
@@ -25,16 +25,29 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.add_argument("--seeds", type=int, metavar="N",
+                   help="train N runs with seeds run.seed, run.seed+1, ... into RUN_DIR-seed<seed> (one after another)")
 
     e = sub.add_parser("eval", help="held-out evaluation (greedy; the system's own evaluation where it has one)")
     e.add_argument("target", nargs="?", help="a run directory, or a YAML config to evaluate untrained")
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.size=50 model.name=tiny")
     e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
 
+    c = sub.add_parser("compare", help="results with 95%% intervals; paired differences on the same items")
+    c.add_argument("runs", nargs="+", metavar="RUN",
+                   help="one run (its methods against each other) or two (A - B); a prefix of seed runs pools them")
+    c.add_argument("--metric", default="accuracy", help="a per-item metric of the evaluation (default: accuracy)")
+    c.add_argument("--method", help="with two runs: the method to compare (default: each run's first)")
+
+    v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")
+    v.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or prefixes of seed runs), overlaid")
+    v.add_argument("--out", help="the HTML file to write (default: RUN/view.html for one run, else masrl-view.html)")
+    v.add_argument("--no-open", action="store_true", help="only write the file; do not open a browser")
+
     sub.add_parser("models", help="list the built-in models and whether they are ready")
     sub.add_parser("systems", help="list the systems and task families available, built in and installed")
 
-    r = sub.add_parser("report", help="write RUN_DIR/report.html (curves, evaluations) and print the curve")
+    r = sub.add_parser("report", help="write RUN_DIR/report.html (`masrl view`'s page as one file) and print the curve")
     r.add_argument("run_dir", help="a run directory")
 
     s = sub.add_parser("serve", help="serve a run's trained system over an OpenAI-compatible HTTP API")
@@ -109,11 +122,19 @@ def _train(args) -> int:
                 raise ConfigError("--resume takes the run's saved config; pass no config or overrides")
             if not (Path(args.resume) / "config.yaml").exists():
                 raise ConfigError(f"{args.resume} is not a run directory (no config.yaml)")
+            if args.seeds is not None:
+                raise ConfigError("--resume continues one run; resume each RUN_DIR-seed<k> on its own")
             run_dir = train(None, resume=args.resume)
         else:
             path, overrides = _split_config(args.config, args.overrides)
             config = load_config(path, overrides)
-            run_dir = train(config)
+            if args.seeds is not None:
+                for seeded in seed_configs(config, args.seeds):
+                    print(f"masrl: seed {seeded.run.seed} -> {seeded.run.dir}", file=sys.stderr)
+                    train(seeded)
+                run_dir = f"{config.run.dir}-seed* ({args.seeds} runs; `masrl view {config.run.dir}` pools them)"
+            else:
+                run_dir = train(config)
     except TrainingError as exc:
         print(f"masrl: training stopped: {exc}", file=sys.stderr)
         return 1
@@ -121,8 +142,17 @@ def _train(args) -> int:
     return 0
 
 
+def seed_configs(config, n: int) -> list:
+    """`--seeds N`: the config with run.seed = seed + k and run.dir = DIR-seed<seed + k>, k < N."""
+    if n < 1:
+        raise ConfigError(f"--seeds must be at least 1, got {n}")
+    seeds = [config.run.seed + k for k in range(n)]
+    runs = [config.run.model_copy(update={"seed": s, "dir": f"{config.run.dir}-seed{s}"}) for s in seeds]
+    return [config.model_copy(update={"run": run}) for run in runs]
+
+
 def _eval(args) -> int:
-    from masrl.evaluate import evaluate_system
+    from masrl.evaluate import eval_record, evaluate_system
     from masrl.train import TrainingError, load_trained
 
     target, overrides = _split_config(args.target, args.overrides)
@@ -143,12 +173,43 @@ def _eval(args) -> int:
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=True)
     print(result.report or json.dumps(dict(result.metrics), indent=2))
-    summary = result.payload if result.payload is not None else dict(result.metrics)
+    summary = dict(result.payload) if result.payload is not None else dict(result.metrics)
+    summary.update(eval_record(None, result))  # summary metrics and per-item results: `masrl compare` reads them
     if out is not None:
         from masrl.checkpoint import atomic_write_json
 
         atomic_write_json(out, summary)
         print(f"masrl: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _compare(args) -> int:
+    from masrl.compare import compare_runs
+
+    try:
+        print(compare_runs([Path(r) for r in args.runs], args.metric, args.method))
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"masrl: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _view(args) -> int:
+    from masrl.view import write_page
+
+    runs = [Path(r) for r in args.runs]
+    one_run = len(runs) == 1 and runs[0].is_dir()
+    out = Path(args.out) if args.out else (runs[0] / "view.html" if one_run else Path("masrl-view.html"))
+    try:
+        path = write_page(runs, out)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"masrl: {exc}", file=sys.stderr)
+        return 1
+    print(f"masrl: wrote {path}", file=sys.stderr)
+    if not args.no_open:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
     return 0
 
 
@@ -214,7 +275,8 @@ def _serve(args) -> int:
 
 
 _COMMANDS = {
-    "train": _train, "eval": _eval, "models": _models, "systems": _systems, "report": _report, "serve": _serve,
+    "train": _train, "eval": _eval, "compare": _compare, "view": _view, "models": _models, "systems": _systems,
+    "report": _report, "serve": _serve,
 }  # fmt: skip
 
 

@@ -146,7 +146,10 @@ class TrainerConfig(Section):
     max_grad_norm: float = Field(1.0, gt=0.0)
     checkpoint_every: int = Field(10, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
-    log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl")
+    log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl (the batch's first N)")
+    log_episodes_every: int = Field(
+        1, ge=1, description="write samples.jsonl trees at step 1 and every N-th step (keeps long runs' files small)"
+    )
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
     low_memory: bool = Field(
         False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates (masrl/memory.py)"

@@ -9,6 +9,12 @@ summary (the search system: exact match, F1, agent calls per question).
 it runs the system's own evaluation when its `SystemSpec` has one (more than
 greedy episodes: usage caps and baselines, modes, W paths and graphs)
 and `evaluate_episodes` otherwise.
+
+Every evaluation also returns its per-item results (`ItemScores`: one value
+per item and metric, for each method it scored), which training saves in
+RUN_DIR/evals/step-N.json and `masrl eval` in eval.json, so confidence
+intervals and paired comparisons (masrl.stats, `masrl compare`) are computed
+from saved files, never re-run.
 """
 
 from __future__ import annotations
@@ -24,6 +30,31 @@ from masrl.types import Episode, TaskItem
 
 
 @dataclass(frozen=True)
+class ItemScores:
+    """One method's results on each held-out item: what intervals and paired comparisons resample.
+
+    `scores` maps a metric to one value per item, in the order of `ids` (accuracy: 1.0 or 0.0,
+    cost in dollars, F1, tokens). Two methods evaluated on the same items pair up by id."""
+
+    method: str
+    ids: tuple[str, ...]
+    scores: Mapping[str, tuple[float, ...]]
+
+    def __post_init__(self):
+        bad = {k: len(v) for k, v in self.scores.items() if len(v) != len(self.ids)}
+        if bad:
+            raise ValueError(f"{self.method}: {len(self.ids)} items but per-item scores of length {bad}")
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "ids": list(self.ids), "scores": {k: list(v) for k, v in self.scores.items()}}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "ItemScores":
+        return cls(str(d["method"]), tuple(str(i) for i in d["ids"]),
+                   {k: tuple(float(x) for x in v) for k, v in d["scores"].items()})  # fmt: skip
+
+
+@dataclass(frozen=True)
 class EvalResult:
     accuracy: float
     format: float
@@ -34,6 +65,7 @@ class EvalResult:
     seconds: float
     episodes: tuple[Episode, ...]
     extra: Mapping[str, float] = field(default_factory=dict)  # the system's own eval metrics
+    per_item: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # metric -> one value per item
 
     def summary(self) -> dict[str, float]:
         return {
@@ -56,6 +88,15 @@ def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
     tokens = [sum(c.reply.tokens_out for c in ep.calls if c.reply) for ep in episodes]
     n = max(len(items), 1)
     extra = getattr(engine.system, "eval_metrics", None)
+    own = getattr(engine.system, "eval_item_metrics", None)  # a system's per-item numbers (search: F1, EM)
+    per_item = {
+        "accuracy": tuple(0.0 if c.failed else float(c.rewards.get("correct", 0.0)) for c in finals),
+        "cost": tuple(ep.cost for ep in episodes),
+        "tokens": tuple(float(t) for t in tokens),
+    }
+    if own is not None:
+        rows = [own(ep) for ep in episodes]
+        per_item.update({k: tuple(float(r.get(k, 0.0)) for r in rows) for k in dict.fromkeys(k for r in rows for k in r)})
     return EvalResult(
         accuracy=sum(c.rewards.get("correct", 0.0) for c in ok) / n,
         format=sum(c.rewards.get("format", 0.0) for c in ok) / n,
@@ -66,6 +107,7 @@ def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
         seconds=time.perf_counter() - started,
         episodes=tuple(episodes),
         extra=extra(episodes) if extra is not None else {},
+        per_item=per_item,
     )
 
 
@@ -79,6 +121,7 @@ class SystemEval:
     report: str = ""  # the full text `masrl eval` prints (tables); "" prints the metrics as JSON
     payload: Mapping | None = None  # what `masrl eval` saves as eval.json; None saves the metrics
     write: Callable[[Path, int], None] | None = None  # files for the run directory, given the step
+    per_item: Sequence[ItemScores] = ()  # each method's per-item results (the system's own method first)
 
 
 def evaluate_system(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:
@@ -98,4 +141,44 @@ def evaluate_episodes(engine, items: Sequence[TaskItem], full: bool) -> SystemEv
         f"accuracy {m['accuracy']:.3f} on {result.items} held-out items, "
         f"{m['mean_tokens']:.1f} tokens, cost ${m['cost']:.4f}"
     )
-    return SystemEval(m, line)
+    ids = tuple(item.id for item in items)
+    return SystemEval(m, line, per_item=(ItemScores("policy", ids, result.per_item),))
+
+
+# ---------------------------------------------------------------- saved per-item results
+EVALS_DIR = "evals"  # RUN_DIR/evals/step-000024.json: one file per held-out evaluation of a run
+
+
+def eval_record(step: int | None, result: SystemEval) -> dict:
+    """What an evaluation saves: its summary metrics and every method's per-item results."""
+    return {"step": step, "metrics": dict(result.metrics), "per_item": [s.to_json() for s in result.per_item]}
+
+
+def write_eval_items(run_dir: Path, step: int, result: SystemEval) -> Path:
+    from masrl.checkpoint import atomic_write_json
+
+    path = Path(run_dir) / EVALS_DIR / f"step-{step:06d}.json"
+    atomic_write_json(path, eval_record(step, result))
+    return path
+
+
+def read_eval_items(path: Path) -> list[ItemScores]:
+    """The per-item results saved in an evals/step-N.json or an eval.json; a clear error when there are none."""
+    import json
+
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not data.get("per_item"):
+        raise ValueError(f"{path} holds no per-item results (written before masrl saved them?); "
+                         "re-run `masrl eval RUN_DIR` to write them")  # fmt: skip
+    return [ItemScores.from_json(d) for d in data["per_item"]]
+
+
+def final_eval_path(run_dir: Path) -> Path:
+    """A run's last saved evaluation: the highest step under evals/, else eval.json from `masrl eval`."""
+    run_dir = Path(run_dir)
+    steps = sorted((run_dir / EVALS_DIR).glob("step-*.json"))
+    if steps:
+        return steps[-1]
+    if (run_dir / "eval.json").exists():
+        return run_dir / "eval.json"
+    raise FileNotFoundError(f"{run_dir} has no saved evaluation ({EVALS_DIR}/step-*.json or eval.json)")

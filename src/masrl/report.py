@@ -1,8 +1,9 @@
 """A report a person can open: `masrl report RUN_DIR` writes RUN_DIR/report.html.
 
-Reads metrics.jsonl and draws each curve as an inline SVG (no plotting
-dependency), with the held-out evaluations as a table. `curve_table` gives
-the same numbers as Markdown for READMEs and terminals.
+The page is `masrl view`'s (masrl.view: plotly charts, evaluations with
+intervals, system views, episode trees), written as one self-contained file.
+`curve_table` gives the training curve as Markdown for READMEs and terminals;
+`svg_line` is a dependency-free line chart the puppeteer's own puppeteer.html uses.
 """
 
 from __future__ import annotations
@@ -10,29 +11,6 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-
-CURVES = (
-    ("reward", "training reward (mean over trajectories)"),
-    ("reward/correct", "training accuracy (sampled, T=1)"),
-    ("response_tokens_mean", "response tokens per call"),
-    ("eval/accuracy", "held-out accuracy (greedy)"),
-)
-
-
-def system_curves(run_dir: Path) -> tuple[tuple[str, str], ...]:
-    """The run's system's own curves (SystemSpec.curves), read from its saved config's system.kind."""
-    import yaml
-
-    from masrl.config import ConfigError
-    from masrl.systems import resolve_system
-
-    path = Path(run_dir) / "config.yaml"
-    saved = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-    try:
-        return resolve_system(str((saved.get("system") or {}).get("kind", "single"))).curves
-    except ConfigError:  # a plugin no longer installed: the engine's curves still draw
-        return ()
-
 
 def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
@@ -90,29 +68,8 @@ def curve_table(rows: list[dict], every: int = 1) -> str:
     return "\n".join(lines)
 
 
-def _cell(row: dict, key: str, fmt: str) -> str:
-    """A metric formatted for the eval table, or "-" where a system's evaluation does not log it."""
-    value = row.get(key)
-    return "-" if value is None else format(value, fmt)
-
-
 def write_report(run_dir: Path) -> Path:
-    run_dir = Path(run_dir)
-    rows = read_metrics(run_dir)
-    charts = "".join(svg_line(series(rows, key), title) for key, title in (*CURVES, *system_curves(run_dir)))
-    evals = [r for r in rows if r.get("kind") == "eval"]
-    eval_rows = "".join(
-        f"<tr><td>{r['step']}</td><td>{_cell(r, 'eval/accuracy', '.3f')}</td><td>{_cell(r, 'eval/mean_tokens', '.1f')}</td>"
-        f"<td>{_cell(r, 'eval/cost', '.4f')}</td><td>{_cell(r, 'eval/items', '.0f')}</td></tr>"
-        for r in evals
-    )
-    page = (
-        f"<!doctype html><meta charset='utf-8'><title>masrl run {html.escape(run_dir.name)}</title>"
-        f"<body style='font-family:sans-serif'><h1>{html.escape(str(run_dir))}</h1>{charts}"
-        "<h2>Held-out evaluations (greedy)</h2><table border=1 cellpadding=4>"
-        "<tr><th>step</th><th>accuracy</th><th>tokens</th><th>cost ($)</th><th>items</th></tr>"
-        f"{eval_rows}</table></body>"
-    )
-    out = run_dir / "report.html"
-    out.write_text(page)
-    return out
+    """RUN_DIR/report.html: the `masrl view` page of this run, one self-contained file to mail."""
+    from masrl.view import write_page
+
+    return write_page([Path(run_dir)], Path(run_dir) / "report.html")

@@ -36,7 +36,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -58,7 +58,7 @@ from masrl.checkpoint import (
 )
 from masrl.config import Config, ConfigError, dump_config, load_config, validate
 from masrl.engine import Engine, build_engine, engine_placement
-from masrl.evaluate import evaluate_system
+from masrl.evaluate import evaluate_system, write_eval_items
 from masrl.learners import CRITIC, ValueLearner
 from masrl.rollout.tree import rollout
 from masrl.types import Episode, Sample
@@ -73,6 +73,10 @@ class Scored:
     samples: dict[str, list[Sample]]  # policy -> batch
     advantages: dict[tuple[int, str], float]  # (episode index, call id) -> advantage
     metrics: dict[str, float]
+    # What samples.jsonl records for the viewer's episode trees: each trainable call's return and
+    # the group it was compared within (dense ids, numbered per step across the batch).
+    returns: dict[tuple[int, str], float] = field(default_factory=dict)
+    groups: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- pure phases
@@ -89,7 +93,8 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
         return Scored({}, {}, {})
     keys = GROUPINGS[algo.grouping](calls)
     ret = torch.tensor([returns[i][c.id] for i, c in calls], dtype=torch.float64)  # [N]
-    adv = ADVANTAGES[algo.advantage](ret, group_ids_from_keys(keys))  # [N]
+    group_ids = group_ids_from_keys(keys)  # [N]
+    adv = ADVANTAGES[algo.advantage](ret, group_ids)  # [N]
     weights = [sample_weight(episodes[i], algo.sample_weight) for i, _ in calls]
     samples: dict[str, list[Sample]] = defaultdict(list)
     roles: dict[str, list[str]] = defaultdict(list)
@@ -102,8 +107,14 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
     if algo.sample_weight == "per_agent":  # MHGPO eq. 6: mean over agents of each agent's per-sample mean
         for policy, batch in samples.items():
             samples[policy] = [replace(s, weight=w) for s, w in zip(batch, per_agent_weights(roles[policy]))]
-    advantages = {(i, c.id): a for (i, c), a in zip(calls, adv.tolist())}
-    return Scored(dict(samples), advantages, {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())})
+    ids = [(i, c.id) for i, c in calls]
+    return Scored(
+        dict(samples),
+        dict(zip(ids, adv.tolist())),
+        {"return_mean": float(ret.mean()), "adv_abs_mean": float(adv.abs().mean())},
+        returns=dict(zip(ids, ret.tolist())),
+        groups=dict(zip(ids, group_ids.tolist())),
+    )
 
 
 def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner | None) -> Scored:
@@ -135,12 +146,14 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
     flat_val = torch.tensor([v for k in keys for v in old[k]], dtype=torch.float64)
     samples: dict[str, list[Sample]] = defaultdict(list)
     advantages: dict[tuple[int, str], float] = {}
+    returns: dict[tuple[int, str], float] = {}
     start = 0
     for (i, c), k in zip(calls, keys):
         r, n = c.reply, len(c.reply.response_ids)
         adv = tuple(flat_adv[start : start + n].tolist())
         start += n
         advantages[k] = sum(adv) / n
+        returns[k] = sum(targets[k].returns) / n  # the viewer shows one number per call: the token mean
         target = Sample(CRITIC, r.prompt_ids, r.response_ids, 0.0, returns=targets[k].returns, values=tuple(old[k]))
         samples[CRITIC].append(target)
         if algo.skip_zero_advantage and not any(adv):
@@ -155,7 +168,7 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
         # 1 - Var[R - V] / Var[R]: 1 when the value model predicts the returns exactly, <= 0 when useless.
         "value_explained_var": float(1.0 - residual / flat_ret.var(unbiased=False)) if flat_ret.var() > 0 else 0.0,
     }
-    return Scored(dict(samples), advantages, metrics)
+    return Scored(dict(samples), advantages, metrics, returns=returns)
 
 
 def sample_weight(episode: Episode, kind: str) -> float:
@@ -188,16 +201,23 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     return out
 
 
-def episode_record(step: int, ep: Episode, advantages: dict[tuple[int, str], float], index: int) -> dict:
+def episode_record(step: int, ep: Episode, scored: Scored, index: int) -> dict:
+    """One episode tree as samples.jsonl keeps it (what `masrl view` draws): every call's prompt and
+    response, reward components, and for trainable calls the return, group and advantage it was
+    trained with (`group` ids are shared by the calls of one step that were compared)."""
+    key = lambda c: (index, c.id)  # noqa: E731
     return {
         "step": step,
+        "episode": index,
         "task": {"id": ep.task.id, "question": ep.task.question, "answer": ep.task.answer},
         "calls": [
             {
                 "id": c.id,
                 "parent": c.parent,
                 "agent": c.agent,
+                "role": c.role,
                 "turn": c.turn,
+                "policy": c.reply.policy if c.reply else None,
                 "prompt": [[m.role, m.content] for m in c.messages],
                 "response": c.reply.text if c.reply else None,
                 "tokens_in": c.reply.tokens_in if c.reply else 0,
@@ -206,7 +226,10 @@ def episode_record(step: int, ep: Episode, advantages: dict[tuple[int, str], flo
                 "action": c.action if isinstance(c.action, (str, int, float, type(None))) else repr(c.action),
                 "rewards": dict(c.rewards),
                 "reward": c.reward,
-                "advantage": advantages.get((index, c.id)),
+                "return": scored.returns.get(key(c)),
+                "group": scored.groups.get(key(c)),
+                "advantage": scored.advantages.get(key(c)),
+                "done": c.done,
                 "error": c.error,
             }
             for c in ep.calls
@@ -322,7 +345,8 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
         )
         if main:  # 5. log
             logger.log(step, metrics)
-            logger.episodes(step, episodes[: cfg.log_episodes], scored.advantages)
+            if step % cfg.log_episodes_every == 0 or step == 1:  # the first step's trees, then every N-th
+                logger.episodes(step, episodes[: cfg.log_episodes], scored)
             bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
             bar.update(1)
         step_seconds = time.perf_counter() - t0
@@ -454,6 +478,7 @@ def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final:
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=final)
     logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
+    write_eval_items(logger.run_dir, step, result)  # per-item results: intervals and `masrl compare` read them
     if result.write is not None:
         result.write(logger.run_dir, step)
     tqdm.write(f"eval {label}: {result.line}")
@@ -484,10 +509,10 @@ class RunLogger:
                 self.tb.add_scalar(k, v, step)
         self.tb.flush()
 
-    def episodes(self, step: int, episodes: Sequence[Episode], advantages: dict) -> None:
+    def episodes(self, step: int, episodes: Sequence[Episode], scored: Scored) -> None:
         with self.samples_path.open("a") as f:
             for i, ep in enumerate(episodes):
-                f.write(json.dumps(episode_record(step, ep, advantages, i)) + "\n")
+                f.write(json.dumps(episode_record(step, ep, scored, i)) + "\n")
 
     def close(self) -> None:
         self.tb.close()

@@ -4,7 +4,9 @@ A system is a state machine over calls (`System`: `start`, `next_step`, `advance
 masrl/rollout/tree.py). It declares itself with one `SystemSpec`: its `kind`, its config model
 (a `SystemSection` subclass: the run config's `system` section), a builder `build(config, task)
 -> Built`, and optionally its own evaluation, cross-checks against the engine sections, the
-sampler rules it supports, and CLI commands. The engine finds a spec by `system.kind`:
+sampler rules it supports, CLI commands, and its own curves and views on the run's page
+(`masrl view`: `views(run_dir) -> [View]`, plotly figures and tables read from the run's files).
+The engine finds a spec by `system.kind`:
 
 - a built-in name (`masrl.systems.BUILTIN`),
 - a dotted path `package.module:OBJECT` to a `SystemSpec`,
@@ -22,8 +24,9 @@ agents and the learner that updates it.
 
 Optional hooks the loop calls on the system object when present: `observe(episodes) -> metrics`
 after each step's sampling (e.g. usage and dual ascent), `state_dict()` / `load_state_dict(d)`
-for state that must survive a checkpoint, and `eval_metrics(episodes)` for metrics of its own in
-the default evaluation. docs/api.md walks through a complete example.
+for state that must survive a checkpoint, `eval_metrics(episodes)` for metrics of its own in
+the default evaluation, and `eval_item_metrics(episode)` for those metrics per item (saved with the
+evaluation so intervals can be computed). docs/api.md walks through a complete example.
 """
 
 from __future__ import annotations
@@ -31,22 +34,24 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from masrl.agents.base import Agent
 from masrl.config import Config, ConfigError, SystemSection
-from masrl.evaluate import SystemEval, evaluate_episodes
+from masrl.evaluate import ItemScores, SystemEval, evaluate_episodes
 from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
+from masrl.view import Table, View, saved_evaluations
 
 __all__ = [
     "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
-    "Message", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval", "SystemSection",
-    "SystemSpec", "Task", "TaskFamily",
-    "TaskItem", "Transition", "TurnTask", "evaluate_episodes", "format_reward", "grade", "held_out", "lazy",
-    "match_agent", "reward_terms",
+    "ItemScores", "Message", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
+    "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View",
+    "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent", "reward_terms",
+    "saved_evaluations",
 ]  # fmt: skip
 
 # Sampler rules (sampler.rule) that need nothing of a system beyond the System protocol.
@@ -84,7 +89,8 @@ class SystemSpec:
     rules: tuple[str, ...] = GENERAL_RULES  # the sampler rules it supports
     own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
     commands: Mapping[str, Command] = field(default_factory=dict)
-    curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn in report.html beside the engine's
+    curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn first on the run's page (masrl view)
+    views: Callable[[Path], Sequence["View"]] | None = None  # RUN_DIR -> its own sections of the page
     serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
     legacy: Legacy = Legacy()
 

@@ -6,6 +6,7 @@
 - `rewards`: cost from the price table, r = r_perf * [cost <= B] (hard) or the soft variant;
 - `experts`: the priced three-expert simulated pool it trains against by default;
 - `evaluation`: per-mode evaluation with the reference rows (each expert alone, random).
+- `views`: its sections of the run page (`masrl view`): cost-accuracy per mode with intervals.
 """
 
 from __future__ import annotations
@@ -27,5 +28,6 @@ SYSTEM = SystemSpec(
         configure=lazy("masrl.systems.budget.serving:configure"),
         modes=lazy("masrl.systems.budget.serving:modes"),
     ),
+    views=lazy("masrl.systems.budget.views:budget_views"),
     legacy=Legacy(sections={"budget": "", "pool": "pool"}),
 )

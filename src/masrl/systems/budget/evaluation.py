@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from masrl.evaluate import ItemScores
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.budget.system import ALONE, CONTROLLER, BudgetSystem
 from masrl.types import Episode, Reply, TaskItem
@@ -46,6 +47,13 @@ class ModeEval:
     failed: int  # episodes a backend failure ended
     hard_reward: float
     by_subset: dict[str, dict[str, float]]  # item level / dataset -> items, accuracy, mean_cost, total_cost
+    item_ids: tuple[str, ...] = ()  # per item, in evaluation order: what intervals resample
+    item_correct: tuple[float, ...] = ()
+    item_cost: tuple[float, ...] = ()
+
+    def item_scores(self) -> ItemScores:
+        return ItemScores(f"controller: {self.mode}", self.item_ids,
+                          {"accuracy": self.item_correct, "cost": self.item_cost})  # fmt: skip
 
 
 def subset_of(item: TaskItem) -> str:
@@ -60,6 +68,7 @@ def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], expert
     calls = {e: 0 for e in experts}
     correct = alone = over = fmt = hard = failed = 0.0
     total = 0.0
+    item_correct, item_cost = [], []
     subsets: dict[str, dict[str, float]] = {}
     for ep in episodes:
         path = ep.path(ep.leaves()[0]) if ep.calls else []
@@ -75,6 +84,8 @@ def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], expert
         sub = subsets.setdefault(subset_of(ep.task), {"items": 0.0, "accuracy": 0.0, "total_cost": 0.0})
         sub["items"] += 1
         sub["total_cost"] += cost
+        item_cost.append(cost)
+        item_correct.append(0.0 if final is None or final.failed else float(final.rewards.get("correct", 0.0)))
         if final is None or final.failed:
             failed += 1
             continue
@@ -89,6 +100,7 @@ def summarise_mode(mode: str, budget: float, episodes: Sequence[Episode], expert
         alone / n, over / n, fmt / n, int(failed), hard / n,
         {k: {"items": v["items"], "accuracy": v["accuracy"] / v["items"], "mean_cost": v["total_cost"] / v["items"],
              "total_cost": v["total_cost"]} for k, v in sorted(subsets.items())},
+        tuple(ep.task.id for ep in episodes), tuple(item_correct), tuple(item_cost),
     )  # fmt: skip
 
 
@@ -180,6 +192,12 @@ class BaselineEval:
     mean_cost: float
     total_cost: float
     over_budget: dict[str, float]  # mode -> share of queries whose cost exceeds its budget
+    item_ids: tuple[str, ...] = ()
+    item_correct: tuple[float, ...] = ()
+    item_cost: tuple[float, ...] = ()
+
+    def item_scores(self) -> ItemScores:
+        return ItemScores(self.method, self.item_ids, {"accuracy": self.item_correct, "cost": self.item_cost})
 
 
 def evaluate_baselines(
@@ -203,7 +221,8 @@ def evaluate_baselines(
         correct = [ep.leaves()[0].rewards.get("correct", 0.0) for ep in episodes]
         n = max(len(episodes), 1)
         over = {m.name: sum(c > m.budget for c in costs) / n for m in system.modes}
-        out.append(BaselineEval(method, len(episodes), sum(correct) / n, sum(costs) / n, sum(costs), over))
+        out.append(BaselineEval(method, len(episodes), sum(correct) / n, sum(costs) / n, sum(costs), over,
+                                tuple(ep.task.id for ep in episodes), tuple(float(c) for c in correct), tuple(costs)))
     return out
 
 
@@ -297,12 +316,13 @@ def evaluate_budget(engine, items: Sequence[TaskItem], full: bool):
     metrics = eval_metrics(results)
     line = ", ".join(f"{r.mode} acc {r.accuracy:.3f} ${r.mean_cost:.5f}/query" for r in results)
     if not full:
-        return SystemEval(metrics, line)
+        return SystemEval(metrics, line, per_item=tuple(r.item_scores() for r in results))
     baselines = evaluate_baselines(engine.system, engine.eval_agents, items, b.baselines, engine.config.run.seed)
     experts = engine.system.experts
     return SystemEval(
         metrics,
         line,
+        per_item=tuple(r.item_scores() for r in (*results, *baselines)),
         report=budget_report(results, experts, baselines),
         payload={"modes": [asdict(r) for r in results], "baselines": [asdict(x) for x in baselines]},
         write=lambda run_dir, step: write_budget_results(run_dir, results, experts, baselines),

@@ -9,6 +9,7 @@
 - `vote`, `topology`: majority vote; graph density and cycles of the orchestration;
 - `evaluation`: W-path evaluation with topology and orchestration graphs;
 - `notes/`: the few math notes its file-reading and search tools open.
+- `views`: its sections of the run page (`masrl view`): orchestration graphs, initial to evolved.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ SYSTEM = SystemSpec(
     summary="an orchestrator picks the next agent (model x pattern x tool) until it stops; cost-aware returns",
     evaluate=lazy("masrl.systems.puppeteer.evaluation:evaluate_orchestrator"),
     check=check_puppeteer,
+    views=lazy("masrl.systems.puppeteer.views:puppeteer_views"),
     rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
     legacy=Legacy(sections={"puppeteer": "", "pool": "pool"}, system_keys=("prefill",)),
 )

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from masrl.evaluate import ItemScores
 from masrl.rollout.tree import Parallel, rollout
-from masrl.systems.puppeteer.system import vote_accuracy
+from masrl.systems.puppeteer.system import vote_accuracy, voted_answer
 from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 from masrl.types import Episode, TaskItem
 
@@ -28,6 +29,7 @@ from masrl.types import Episode, TaskItem
 class PuppeteerEval:
     metrics: dict[str, float]
     episodes: tuple[Episode, ...]
+    per_item: ItemScores | None = None  # vote correctness, tokens and cost of each task
 
 
 def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
@@ -50,7 +52,13 @@ def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
         "items": float(len(items)),
         **topology_metrics(episodes),
     }
-    return PuppeteerEval(metrics, tuple(episodes))
+    votes = [voted_answer(engine.task, ep) for ep in episodes]
+    per_item = ItemScores("orchestrator", tuple(ep.task.id for ep in episodes), {
+        "accuracy": tuple(float(a is not None and engine.task.score(ep.task, a) > 0) for ep, a in zip(episodes, votes)),
+        "tokens": tuple(float(sum(c.reply.tokens_out for c in ep.calls if c.reply)) for ep in episodes),
+        "cost": tuple(ep.cost for ep in episodes),
+    })  # fmt: skip
+    return PuppeteerEval(metrics, tuple(episodes), per_item)
 
 
 def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[Path]:
@@ -85,7 +93,7 @@ def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
         write_graphs(result.episodes, run_dir / "graphs" / f"step{step:05d}", engine.config.system.graphs)
         write_puppeteer_report(run_dir)
 
-    return SystemEval(m, line, write=write)
+    return SystemEval(m, line, write=write, per_item=(result.per_item,))
 
 
 SUMMARY_KEYS = (

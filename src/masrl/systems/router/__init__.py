@@ -5,7 +5,8 @@
 - `rewards`: routing, verification and usage-penalty rewards, dual ascent (pure functions);
 - `evaluation`: the capped evaluation of a controller or a one-shot router, confusion matrices;
 - `baselines`: the one-shot baseline routers (single agent, random, MiniLM classifier and kNN);
-- `results`: the engine-facing evaluation (controller + baselines, tables, results.md/json).
+- `results`: the engine-facing evaluation (controller + baselines, tables, results.md/json);
+- `views`: its sections of the run page (`masrl view`): usage over training, confusion matrices.
 
 Its pools (simulated, recorded CHAMP, your own agents) are shared with other systems: masrl.pools.
 """
@@ -34,6 +35,7 @@ SYSTEM = SystemSpec(
     summary="a controller routes each problem to a pool agent, verifies drafts, escalates (critique-routing paper)",
     evaluate=lazy("masrl.systems.router.results:evaluate_router"),
     check=check_router,
+    views=lazy("masrl.systems.router.views:router_views"),
     commands={
         "champ-pool": Command("build the recorded CHAMP agent pool file (needs champ-dataset)",
                               _champ_pool_arguments, _champ_pool),

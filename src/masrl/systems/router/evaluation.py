@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from masrl.agents.base import Agent
+from masrl.evaluate import ItemScores
 from masrl.systems.router.system import RouterState, RouterSystem
 from masrl.tasks.base import Task
 from masrl.types import Message, TaskItem
@@ -103,6 +104,12 @@ class RouterEval:
     items: int
     seconds: float
     traces: tuple[Trace, ...] = ()  # per item, in item order
+    item_ids: tuple[str, ...] = ()  # per item, in evaluation order: what intervals resample
+    item_correct: tuple[float, ...] = ()
+    item_cost: tuple[float, ...] = ()
+
+    def item_scores(self) -> ItemScores:
+        return ItemScores(self.method, self.item_ids, {"accuracy": self.item_correct, "cost": self.item_cost})
 
     def row(self) -> dict[str, Any]:
         return {"method": self.method, "accuracy": self.accuracy, **{f"usage/{k}": v for k, v in self.usage.items()},
@@ -155,6 +162,9 @@ def summarize(
         items=len(traces),
         seconds=seconds,
         traces=tuple(traces),
+        item_ids=tuple(t.item.id for t in traces),
+        item_correct=tuple(float(t.correct) for t in traces),
+        item_cost=tuple(t.cost for t in traces),
     )
 
 

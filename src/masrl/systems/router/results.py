@@ -87,11 +87,13 @@ def evaluate_router(engine, items: Sequence[TaskItem], full: bool):
                "exhausted": c.exhausted, **{f"usage/{k}": v for k, v in c.usage.items()}}  # fmt: skip
     line = (f"accuracy {c.accuracy:.3f} on {c.items} held-out items under caps, "
             + ", ".join(f"{k} {v:.2f}" for k, v in c.usage.items()) + f", cost ${c.cost:.4f}")  # fmt: skip
+    per_item = tuple(r.item_scores() for r in results)
     if not full:
-        return SystemEval(metrics, line)
+        return SystemEval(metrics, line, per_item=per_item)
     return SystemEval(
         metrics,
         line,
+        per_item=per_item,
         report=router_report(results, engine),
         payload={"results": [saved(r) for r in results]},
         write=lambda run_dir, step: write_router_results(run_dir, results, engine),

@@ -2,7 +2,8 @@
 
 - `config`: its `system` section (retriever, limits, the agent-specific penalties);
 - `system`: Rewriter -> retriever -> Reranker -> Answerer over one shared policy, its rewards
-  (F1, the agent-specific penalties of appendix B) and metrics.
+  (F1, the agent-specific penalties of appendix B) and metrics;
+- `views`: its section of the run page (`masrl view`): F1 and EM by evaluation, with intervals.
 
 Its samplers (FoF, IS, RR) are branching rules of the engine (masrl.rollout.tree) and its
 backward propagation and heterogeneous groups are credit and grouping rules (masrl.algos.credit);
@@ -11,7 +12,7 @@ the task (multi-hop questions over a corpus) is masrl.tasks.search.
 
 from __future__ import annotations
 
-from masrl.systems.api import GENERAL_RULES, Legacy, SystemSpec
+from masrl.systems.api import GENERAL_RULES, Legacy, SystemSpec, lazy
 from masrl.systems.search.config import SearchConfig
 from masrl.systems.search.system import build_search
 
@@ -22,6 +23,7 @@ SYSTEM = SystemSpec(
     summary="Rewriter, Reranker and Answerer around a retriever, one shared policy (MHGPO)",
     rules=(*GENERAL_RULES, "independent", "round_robin"),  # IS and RR fork at the pipeline's agents
     own_tasks=True,
+    views=lazy("masrl.systems.search.views:search_views"),
     curves=(  # the paper's figure 8: each agent's output pattern over training
         ("eval/f1", "held-out F1 (greedy)"),
         ("calls_per_question", "agent calls per question (training trees)"),

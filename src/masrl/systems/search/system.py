@@ -261,6 +261,14 @@ class SearchPipeline:
     def eval_metrics(self, episodes: Sequence[Episode]) -> dict[str, float]:
         return pipeline_metrics(episodes)
 
+    def eval_item_metrics(self, episode: Episode) -> dict[str, float]:
+        """The final answer's F1 and exact match (0 when the pipeline failed before answering): saved per
+        item with each evaluation, so F1 gets its interval."""
+        final = episode.leaves()[0] if episode.calls else None
+        if final is None or final.failed or not isinstance(final.action, Answer):
+            return {"f1": 0.0, "em": 0.0}
+        return {"f1": float(final.rewards.get("f1", 0.0)), "em": float(final.rewards.get("em", 0.0))}
+
 
 def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " ..."

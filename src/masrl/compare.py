@@ -1,0 +1,140 @@
+"""Results with their intervals, read from saved per-item evaluations: `masrl compare` and the viewer.
+
+A run's final evaluation (RUN_DIR/evals/step-N.json, or eval.json from
+`masrl eval`) holds each method's per-item scores (masrl.evaluate.ItemScores).
+A path that is not a run directory but the prefix of seed siblings
+(`runs/router` for runs/router-seed0, runs/router-seed1, ... from
+`masrl train --seeds N`) stands for all of them: each method's per-item
+scores are averaged over the seeds (masrl.stats.pool_seeds).
+
+- `masrl compare RUN`: every method of the run's evaluation with its 95%
+  interval, and the paired difference of the system's own method (listed
+  first: the trained policy) against each other method on the same items.
+- `masrl compare RUN_A RUN_B`: the two runs' methods side by side and the
+  paired difference A - B of one method (default: each run's first).
+
+A RUN may also be one saved evaluation file: `masrl compare RUN
+RUN/evals/step-000000.json` is the trained policy against the untrained one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from masrl.evaluate import ItemScores, final_eval_path, read_eval_items
+from masrl.stats import Interval, align, bootstrap_mean, paired_difference, pool_seeds
+
+
+def seed_runs(path: Path) -> list[Path]:
+    """The run directories `path` names: itself, or its seed siblings PATH-seedK (in seed order)."""
+    path = Path(path)
+    if (path / "config.yaml").exists() or (path / "evals").is_dir() or (path / "eval.json").exists():
+        return [path]
+    siblings = [p for p in path.parent.glob(f"{path.name}-seed*") if p.is_dir() and p.name[len(path.name) + 5 :].isdigit()]
+    if not siblings:
+        raise FileNotFoundError(f"{path} is neither a run directory nor the prefix of seed runs ({path}-seed0, ...)")
+    return sorted(siblings, key=lambda p: int(p.name[len(path.name) + 5 :]))
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """One method's per-item scores, pooled over the seeds that evaluated it."""
+
+    method: str
+    ids: tuple[str, ...]
+    scores: dict[str, list[float]]  # metric -> per item (mean over seeds)
+    seed_means: dict[str, list[float]]  # metric -> one mean per seed (the seeds' spread)
+
+
+def load_evaluated(path: Path) -> list[Evaluated]:
+    """The methods of a run's (or a seed group's) final evaluation, in the evaluation's order; a path to
+    one saved evaluation file (RUN/evals/step-000000.json: the untrained policy) reads that one."""
+    if Path(path).is_file():
+        return pool_methods([read_eval_items(Path(path))])
+    runs = seed_runs(path)
+    per_run = [read_eval_items(final_eval_path(r)) for r in runs]
+    return pool_methods(per_run)
+
+
+def pool_methods(per_run: Sequence[Sequence[ItemScores]]) -> list[Evaluated]:
+    """Methods present in every run, each pooled per item over the runs (pure)."""
+    names = [s.method for s in per_run[0] if all(any(o.method == s.method for o in run) for run in per_run)]
+    out = []
+    for name in names:
+        runs = [next(s for s in run if s.method == name) for run in per_run]
+        metrics = [k for k in runs[0].scores if all(k in r.scores for r in runs)]
+        pooled, ids = {}, None
+        for k in metrics:
+            ids, pooled[k] = pool_seeds([r.ids for r in runs], [r.scores[k] for r in runs])
+        seed_means = {k: [sum(r.scores[k]) / max(len(r.ids), 1) for r in runs] for k in metrics}
+        out.append(Evaluated(name, tuple(ids or ()), pooled, seed_means))
+    return out
+
+
+def digits(metric: str) -> int:
+    """Decimals a metric is printed with: dollars per item need six."""
+    return 6 if metric == "cost" else 3
+
+
+def interval(e: Evaluated, metric: str, seed: int = 0) -> Interval:
+    return bootstrap_mean(e.scores[metric], seed=seed)
+
+
+def difference(a: Evaluated, b: Evaluated, metric: str, seed: int = 0) -> Interval:
+    """mean(a - b) over the items both scored, paired by item id."""
+    x, y = align(a.ids, a.scores[metric], b.ids, b.scores[metric])
+    return paired_difference(x, y, seed=seed)
+
+
+def _metric_of(methods: Sequence[Evaluated], metric: str) -> None:
+    missing = [m.method for m in methods if metric not in m.scores]
+    if missing:
+        have = sorted({k for m in methods for k in m.scores})
+        raise ValueError(f"no per-item {metric!r} for {missing}; saved metrics: {have}")
+
+
+def _seeds_cell(e: Evaluated, metric: str) -> str:
+    means, d = e.seed_means[metric], digits(metric)
+    return "" if len(means) < 2 else f" (seeds {min(means):.{d}f}-{max(means):.{d}f})"
+
+
+def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy") -> str:
+    """Markdown: each method's metric with its interval, and the first method minus it (paired)."""
+    _metric_of(methods, metric)
+    first = methods[0]
+    lines = [f"| method | {metric} [95% CI] | {first.method} minus it [95% CI] |", "|---|---|---|"]
+    for m in methods:
+        d = digits(metric)
+        diff = "" if m is first else difference(first, m, metric).format(d)
+        lines.append(f"| {m.method} | {interval(m, metric).format(d)}{_seeds_cell(m, metric)} | {diff} |")
+    return "\n".join(lines)
+
+
+def between_runs_text(a_name: str, a: Sequence[Evaluated], b_name: str, b: Sequence[Evaluated],
+                      metric: str = "accuracy", method: str | None = None) -> str:  # fmt: skip
+    """Both runs' methods with intervals, then the paired difference A - B of `method` (default: each first)."""
+    _metric_of([*a, *b], metric)
+    lines = [f"| run | method | {metric} [95% CI] | items |", "|---|---|---|---|"]
+    for name, methods in ((a_name, a), (b_name, b)):
+        for m in methods:
+            cell = f"{interval(m, metric).format(digits(metric))}{_seeds_cell(m, metric)}"
+            lines.append(f"| {name} | {m.method} | {cell} | {len(m.ids)} |")
+    pick = (lambda ms: next((m for m in ms if m.method == method), None)) if method else (lambda ms: ms[0])
+    ma, mb = pick(a), pick(b)
+    if ma is None or mb is None:
+        raise ValueError(f"method {method!r} is not in both runs: {[m.method for m in a]} / {[m.method for m in b]}")
+    diff = difference(ma, mb, metric)
+    lines += ["", f"paired difference ({a_name}: {ma.method}) - ({b_name}: {mb.method}), {metric}, "
+              f"{diff.n} common items: {diff.format(digits(metric))}" + ("" if diff.excludes_zero() else " (the interval holds 0)")]  # fmt: skip
+    return "\n".join(lines)
+
+
+def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | None = None) -> str:
+    if len(paths) == 1:
+        return within_run_table(load_evaluated(paths[0]), metric)
+    if len(paths) == 2:
+        return between_runs_text(str(paths[0]), load_evaluated(paths[0]), str(paths[1]), load_evaluated(paths[1]),
+                                 metric, method)  # fmt: skip
+    raise ValueError(f"compare takes one or two runs, got {len(paths)}")
