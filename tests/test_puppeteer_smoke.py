@@ -89,5 +89,5 @@ def test_head_run_evaluates_from_its_checkpoint(tmp_path, capsys):
     assert sum(orchestrator["scores"]["accuracy"]) / 3 == summary["accuracy"]
     assert sum(orchestrator["scores"]["cost"]) == pytest.approx(summary["cost"])
     capsys.readouterr()
-    assert main(["serve", str(run)]) == 2  # a scoring head is no chat model
-    assert "no language-model policy" in capsys.readouterr().err
+    assert main(["serve", str(run), "--policy", "orchestrator"]) == 2  # a scoring head is no chat model
+    assert "no trained language-model agent 'orchestrator'" in capsys.readouterr().err
