@@ -119,8 +119,10 @@ def _update_rank(out: str, kind: str, n: int, aggregation: str) -> None:
         if distributed.is_main():
             save_file({k: v.contiguous() for k, v in state.items()}, out)
             Path(out + ".json").write_text(json.dumps(metrics))
-    finally:
-        distributed.shutdown()
+    except BaseException:
+        distributed.shutdown(wait_for_peers=False)
+        raise
+    distributed.shutdown()
 
 
 @pytest.mark.parametrize(

@@ -105,10 +105,19 @@ def init_from_env(device: torch.device, timeout_minutes: float) -> None:
     dist.init_process_group(backend, timeout=timedelta(minutes=timeout_minutes), device_id=device if device.type == "cuda" else None)
 
 
-def shutdown() -> None:
+def shutdown(wait_for_peers: bool = True) -> None:
+    """Leave the process group.
+
+    On a normal end every rank first waits for the others: gloo aborts a rank
+    (SIGABRT, "terminate called without an active exception") whose peer closed
+    its connections while it was still tearing down, which a rank that finished
+    first and exited did now and then. After an error no rank waits: the
+    launcher's watchdog stops the others."""
     import torch.distributed as dist
 
     if _group():
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -266,9 +266,12 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
                   f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
         distributed.init_from_env(engine_placement(config).device, config.trainer.timeout_minutes)
     try:
-        return _train(config, run_dir, resume is not None, model)
-    finally:
-        distributed.shutdown()
+        result = _train(config, run_dir, resume is not None, model)
+    except BaseException:
+        distributed.shutdown(wait_for_peers=False)
+        raise
+    distributed.shutdown()
+    return result
 
 
 def _rank_train(config_data: dict, resume: str | None) -> None:
