@@ -103,13 +103,12 @@ class RouterEval:
     redirected: int
     items: int
     seconds: float
-    traces: tuple[Trace, ...] = ()  # per item, in item order
-    item_ids: tuple[str, ...] = ()  # per item, in evaluation order: what intervals resample
-    item_correct: tuple[float, ...] = ()
-    item_cost: tuple[float, ...] = ()
+    traces: tuple[Trace, ...] = ()  # per item, in evaluation order: what intervals resample
 
     def item_scores(self) -> ItemScores:
-        return ItemScores(self.method, self.item_ids, {"accuracy": self.item_correct, "cost": self.item_cost})
+        t = self.traces
+        return ItemScores(self.method, tuple(x.item.id for x in t),
+                          {"accuracy": tuple(float(x.correct) for x in t), "cost": tuple(x.cost for x in t)})
 
     def row(self) -> dict[str, Any]:
         return {"method": self.method, "accuracy": self.accuracy, **{f"usage/{k}": v for k, v in self.usage.items()},
@@ -162,9 +161,6 @@ def summarize(
         items=len(traces),
         seconds=seconds,
         traces=tuple(traces),
-        item_ids=tuple(t.item.id for t in traces),
-        item_correct=tuple(float(t.correct) for t in traces),
-        item_cost=tuple(t.cost for t in traces),
     )
 
 

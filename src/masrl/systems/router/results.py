@@ -20,8 +20,11 @@ from masrl.types import TaskItem
 
 
 def saved(result: RouterEval) -> dict:
-    """What results.json and eval.json keep of one evaluation (the per-item traces stay in memory)."""
-    return {k: v for k, v in asdict(replace(result, traces=())).items() if k != "traces"}
+    """What results.json and eval.json keep of one evaluation: its numbers and per-item scores, not the traces."""
+    scores = result.item_scores()
+    kept = {k: v for k, v in asdict(replace(result, traces=())).items() if k != "traces"}
+    return {**kept, "item_ids": list(scores.ids), "item_correct": list(scores.scores["accuracy"]),
+            "item_cost": list(scores.scores["cost"])}  # fmt: skip
 
 
 def router_results(engine, items: Sequence[TaskItem], baselines: Sequence[str] = ()) -> list[RouterEval]:
