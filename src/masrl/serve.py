@@ -162,7 +162,7 @@ class SystemBackend:
         # recordings) are forked, so a served answer is what a reset evaluation draws for the item.
         agents = {n: a.fork() if hasattr(a, "fork") else a for n, a in self.engine.eval_agents.items()}
         for n, a in self._trained.items():
-            agents[n] = PolicyAgent(a.name, a.policy, a.service, a.model, sampling_for(a.params, request), a.price)
+            agents[n] = a.with_params(sampling_for(a.params, request))
 
         async def work() -> Completion:
             episode = (await rollout(system, agents, [item], Parallel(1)))[0]
@@ -224,8 +224,7 @@ class PolicyBackend:
                             code="model_not_found")  # fmt: skip
         agent = self.agent
         if isinstance(agent, PolicyAgent):
-            params = sampling_for(agent.params, request)
-            agent = PolicyAgent(agent.name, agent.policy, agent.service, agent.model, params, agent.price)
+            agent = agent.with_params(sampling_for(agent.params, request))
         messages = request.conversation()
 
         async def work() -> Completion:

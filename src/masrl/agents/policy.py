@@ -312,6 +312,10 @@ class PolicyAgent:
         self.params = params
         self.price = price
 
+    def with_params(self, params: SamplingParams) -> "PolicyAgent":
+        """The same policy sampling with other settings (a served request's temperature, max_tokens, ...)."""
+        return PolicyAgent(self.name, self.policy, self.service, self.model, params, self.price)
+
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         prompt = self.model.encode_chat(messages)
         gen = await self.service.generate(prompt, self.params, self.policy)
