@@ -349,3 +349,20 @@ def test_a_chunked_body_is_measured_as_it_arrives_and_the_key_compared_exactly()
                               headers={"authorization": bad}).status_code == 401, bad  # fmt: skip
         assert httpx.get(url + "/metrics").status_code == 401  # metrics are not public
         assert httpx.get(url + "/metrics", headers=headers).status_code == 200
+
+
+def test_a_requests_sampling_fields_replace_the_trained_agents_settings():
+    from masrl.agents.policy import SamplingParams
+    from masrl.http import HTTPError
+    from masrl.http.protocol import ChatRequest
+    from masrl.serve import sampling_for
+
+    trained = SamplingParams(max_new_tokens=16, temperature=0.0, top_p=1.0, stop=("</answer>",))
+    msg = [{"role": "user", "content": "hi"}]
+    assert sampling_for(trained, ChatRequest(messages=msg)) == trained  # nothing asked: the greedy eval settings
+    asked = ChatRequest(messages=msg, max_tokens=5, temperature=0.7, top_p=0.9, stop=["\n\n", "</answer>"], seed=3)
+    assert sampling_for(trained, asked) == SamplingParams(5, 0.7, 0.9, ("</answer>", "\n\n"), seed=3)
+    newer = ChatRequest(messages=msg, max_completion_tokens=7, stop="END")
+    assert sampling_for(trained, newer) == SamplingParams(7, 0.0, 1.0, ("</answer>", "END"))
+    with pytest.raises(HTTPError, match="over this server's limit of 4096"):
+        sampling_for(trained, ChatRequest(messages=msg, max_tokens=4097))
