@@ -366,3 +366,26 @@ def test_a_requests_sampling_fields_replace_the_trained_agents_settings():
     assert sampling_for(trained, newer) == SamplingParams(7, 0.0, 1.0, ("</answer>", "END"))
     with pytest.raises(HTTPError, match="over this server's limit of 4096"):
         sampling_for(trained, ChatRequest(messages=msg, max_tokens=4097))
+
+
+def test_extra_routers_sit_behind_the_same_key_and_size_limit():
+    from fastapi import APIRouter
+
+    from masrl.agents.python_fn import FunctionAgent
+    from masrl.http import ServerSettings, create_app
+    from masrl.serve import PolicyBackend
+    from servers import running
+
+    extra = APIRouter()
+
+    @extra.post("/v1/echo")
+    async def echo(body: dict) -> dict:
+        return {"got": body}
+
+    settings = ServerSettings(api_key="k1", max_body_bytes=200)
+    app = create_app(PolicyBackend(FunctionAgent("echo", lambda m: m[-1].content), "echo"), settings, routers=[extra])
+    with running(app) as url:
+        headers = {"authorization": "Bearer k1"}
+        assert httpx.post(url + "/v1/echo", json={"a": 1}).status_code == 401
+        assert httpx.post(url + "/v1/echo", json={"a": 1}, headers=headers).json() == {"got": {"a": 1}}
+        assert httpx.post(url + "/v1/echo", json={"a": "x" * 300}, headers=headers).status_code == 413

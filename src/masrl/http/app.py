@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -164,9 +164,15 @@ def _replay(body: bytes, receive):
 
 
 # ---------------------------------------------------------------- the app
-def create_app(backend: Backend, settings: ServerSettings = ServerSettings(), title: str = "masrl") -> Any:
-    """The FastAPI app for `backend`, wrapped in the limits of `settings` (an ASGI app)."""
+def create_app(backend: Backend, settings: ServerSettings = ServerSettings(), title: str = "masrl",
+               routers: Sequence[APIRouter] = ()) -> Any:  # fmt: skip
+    """The FastAPI app for `backend`, wrapped in the limits of `settings` (an ASGI app).
+
+    `routers` add routes beside the chat ones (e.g. completions with token ids,
+    adapter loading); they sit behind the same key, size and concurrency limits."""
     app = FastAPI(title=title)
+    for router in routers:
+        app.include_router(router)
     registry = CollectorRegistry()
     requests = Counter("masrl_http_requests", "requests answered", ["route", "status"], registry=registry)
     latency = Histogram("masrl_http_request_seconds", "time to answer a chat request", ["route"], registry=registry,
