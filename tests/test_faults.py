@@ -6,9 +6,13 @@ What must hold: every step completes (transient faults are retried, broken repli
 trajectory and are counted in the `failed` metric), and after every kill the run directory is
 consistent (a whole checkpoint, metrics and samples lines for every step up to it) and `--resume`
 continues from exactly that checkpoint, so the finished run has each step once, no gap.
-Bit-equality with an uninterrupted run is checked where the rollout does not depend on network
-timing (tests/test_kill_resume.py): here the orchestrator samples concurrently while replies
-arrive in whatever order the server sends them, so two clean runs already differ."""
+
+And the resumed run is the uninterrupted one: the same decisions, answers and rewards at every
+call of every step, the same advantages and metrics. Replies arrive in whatever order the faulty
+server sends them, so the orchestrator decides by each decision's place in the rollout
+(`system.head_order=place`: a draw keyed by it, the state embedded alone), not by arrival order.
+Floats are compared to 1e-5 (sums over calls run in another order after a resume).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from faults import BROKEN, TRANSIENT, faulty_pool_app
 from safetensors.torch import load_file
 from servers import running
@@ -41,7 +46,7 @@ def _args(url: str, run: Path) -> list[str]:
         "train", "puppeteer-head", f"run.dir={run}", "system.encoder=base", "system.pool.kind=agents",
         f"system.pool.agents=[{agents}]", "system.depth=2", "system.graphs=0", f"trainer.steps={STEPS}",
         "trainer.batch_size=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=2", "eval.size=4",
-        "eval.before=false", "trainer.threads=1",
+        "eval.before=false", "trainer.threads=1", "system.head_order=place",
     ]  # fmt: skip
 
 
@@ -54,6 +59,23 @@ def _rows(path: Path) -> list[dict]:
         except ValueError:
             pass
     return out
+
+
+TIMING = ("sample_seconds", "update_seconds", "gen_tokens_per_s", "update_tokens_per_s", "rss_gb")
+
+
+def _decisions(run: Path) -> dict:
+    """Every call of every step, by (step, episode, call id): what was decided, answered and earned."""
+    return {
+        (r["step"], r["episode"], c["id"]): (c["agent"], c["action"], c["response"], c["error"] is None,
+                                             c["group"], c["reward"], c["return"], c["advantage"])
+        for r in _rows(run / "samples.jsonl") for c in r["calls"]
+    }  # fmt: skip
+
+
+def _train_metrics(run: Path) -> list[dict]:
+    rows = [r for r in _rows(run / "metrics.jsonl") if r["kind"] == "train"]
+    return [{k: v for k, v in r.items() if k not in TIMING and k != "kind"} for r in rows]
 
 
 def _check_consistent(run: Path) -> int:
@@ -74,9 +96,13 @@ def test_training_survives_faulty_agents_and_random_kills(tmp_path):
     rng = random.Random(os.getpid())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     app = faulty_pool_app(rate=0.2, seed=rng.randrange(1 << 30))
-    run = tmp_path / "run"
+    run, clean = tmp_path / "run", tmp_path / "clean"
     kills, resumed_from = 0, []
     with running(app) as url:
+        done = subprocess.run([sys.executable, "-m", "masrl.cli", *_args(url, clean)], env=env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        clean_injected, clean_requests = dict(app.state.injected), app.state.requests
         cmd = [sys.executable, "-m", "masrl.cli", *_args(url, run)]
         for attempt in range(KILLS):
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,8 +121,9 @@ def test_training_survives_faulty_agents_and_random_kills(tmp_path):
             cmd = [sys.executable, "-m", "masrl.cli", "train", "--resume", str(run)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        injected = dict(app.state.injected)
-        requests = app.state.requests
+        # what the killed run met (the clean run's share taken out)
+        injected = {k: n - clean_injected.get(k, 0) for k, n in app.state.injected.items()}
+        requests = app.state.requests - clean_requests
 
     train = [r for r in _rows(run / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in train] == list(range(1, STEPS + 1))  # each step once, none lost
@@ -108,10 +135,24 @@ def test_training_survives_faulty_agents_and_random_kills(tmp_path):
     # ~120 requests at 20%: about 14 transient and 9 broken faults expected; none of either is ~1e-4
     assert sum(injected.get(k, 0) for k in TRANSIENT) > 0 and sum(injected.get(k, 0) for k in BROKEN) > 0, injected
     assert kills >= 1
+    # exact resume: the killed-and-resumed run is the uninterrupted one
+    resumed, uninterrupted = _decisions(run), _decisions(clean)
+    assert resumed.keys() == uninterrupted.keys()
+    for key, (*same, reward, ret, adv) in resumed.items():
+        *same_clean, reward_c, ret_c, adv_c = uninterrupted[key]
+        assert same == same_clean, (key, resumed_from)
+        assert (reward, ret, adv) == pytest.approx((reward_c, ret_c, adv_c), abs=1e-5), key
+    for got, want in zip(_train_metrics(run), _train_metrics(clean), strict=True):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6), (got["step"], resumed_from)
+    head = "head/orchestrator.safetensors"
+    final = load_file(str(latest_checkpoint(run) / head))
+    for name, value in load_file(str(latest_checkpoint(clean) / head)).items():
+        assert torch.allclose(final[name], value, atol=1e-5), name
     faults = sum(injected.get(k, 0) for k in (*TRANSIENT, *BROKEN))
     summary = {
         "steps": STEPS, "requests": requests, "injected": faults, "by_kind": injected, "failed_trajectories": failed,
         "trajectories": trajectories, "kills_survived": kills, "resumed_from_steps": resumed_from,
+        "calls_compared": len(resumed), "resume_exact": True,
     }  # fmt: skip
     print("FAULT RUN", json.dumps(summary))
     out = os.environ.get("MASRL_FAULT_SUMMARY")

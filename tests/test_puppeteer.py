@@ -391,6 +391,22 @@ def test_batched_encoder_encodes_concurrent_states_once_together():
     assert calls == [["ab", "abc"]]  # one call, duplicates once
     assert [float(v[0]) for v in out] == [2.0, 3.0, 2.0, 2.0, 3.0]
 
+    calls.clear()  # alone: each distinct state in a pass of its own (no padded batch to round it)
+    batched = BatchedEncoder(encode, alone=True)
+    out = asyncio.run(many())
+    assert calls == [["ab"], ["abc"]]
+    assert [float(v[0]) for v in out] == [2.0, 3.0, 2.0, 2.0, 3.0]
+
+
+def test_base_encoder_alone_repeats_bit_for_bit_and_a_padded_batch_agrees_up_to_rounding():
+    from masrl.systems.puppeteer.head import base_encoder
+
+    encode, _ = base_encoder("tiny")
+    short, long = "hello there", "a much longer state that pads the short one out by many tokens"
+    alone = encode([short])[0]
+    assert (encode([short])[0] == alone).all()  # the same pass is bit-identical
+    assert abs(encode([short, long])[0] - alone).max() < 1e-5  # batched: equal up to rounding, not bit for bit
+
 
 def test_head_learner_checkpoint_round_trip(tmp_path):
     head = scoring_head(4, 3, hidden=5)
@@ -425,3 +441,37 @@ def test_head_learner_checkpoint_round_trip(tmp_path):
 def test_config_mistakes_are_named(override, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config("puppeteer-head", [override])
+
+
+def test_keyed_head_draws_do_not_depend_on_the_order_replies_arrive_in():
+    """With agents answering after different delays (remote agents, answered in any order), the
+    global RNG hands its draws out in arrival order; keyed draws follow each decision's place."""
+    from masrl.types import Reply
+
+    system = two_agent_system(depth=3)
+
+    def slow(name, text, delays):
+        calls = iter(range(10**6))
+
+        async def call(messages):  # the n-th call answers after delays[n % 3]
+            await asyncio.sleep(delays[next(calls) % len(delays)])
+            return Reply(text=text, tokens_in=10, tokens_out=10, cost=0.0, policy=None)
+
+        return call
+
+    def decisions(keyed, delays, key="7:train:1"):
+        torch.manual_seed(0)
+        head = scoring_head(1, 3)
+        agent = HeadAgent("orchestrator", head, constant_encoder, system.actions, keyed=keyed)
+        agents = {"right:reasoning": slow("right", "so <answer>7</answer>", delays),
+                  "wrong:reasoning": slow("wrong", "so <answer>8</answer>", delays), "orchestrator": agent}
+        eps = asyncio.run(rollout(system, agents, ExactTask().items("train", 0, 4), Parallel(4), key=key))
+        # by call id: an episode lists its calls in the order they finished
+        return [{c.id: c.action for c in ep.calls if c.role == "orchestrator"} for ep in eps]
+
+    fast_first, slow_first = (0.0, 0.01, 0.02), (0.02, 0.01, 0.0)
+    keyed = decisions(True, fast_first)
+    assert decisions(True, slow_first) == keyed  # same places, same draws
+    assert decisions(True, fast_first, key="7:train:2") != keyed  # another step draws anew
+    assert decisions(False, slow_first) != decisions(False, fast_first)  # what keying fixes
+    assert len({a for ep in keyed for a in ep.values()}) >= 2  # the keyed draws still sample (uniform head)

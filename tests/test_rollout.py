@@ -197,6 +197,37 @@ def test_rollout_expands_every_task_and_batches_through_the_service():
     assert [len(b[0]) for b in fake.batches] == [6, 6]
 
 
+def test_an_episode_lists_its_calls_in_tree_order_whatever_order_they_finished_in():
+    """Remote agents answer in any order; the episode (and so the update's sample order) must not."""
+    from masrl.rollout.tree import CALL_ADDRESS
+
+    seen = {}
+
+    class Slow:
+        name = "solver"
+
+        def __init__(self, delays):
+            self.delays, self.n = delays, 0
+
+        async def __call__(self, messages):
+            delay = self.delays[self.n % len(self.delays)]
+            self.n += 1
+            await asyncio.sleep(delay)
+            seen[CALL_ADDRESS.get()] = messages[-1].content
+            return Reply("x", tokens_in=1, tokens_out=1, cost=0.0)
+
+    tasks = [TaskItem(id="a", question="qa", answer=""), TaskItem(id="b", question="qb", answer="")]
+    orders = []
+    for delays in ((0.02, 0.0, 0.01), (0.0, 0.02, 0.01)):
+        eps = asyncio.run(rollout(TwoTurnSystem(turns=3), {"solver": Slow(delays)}, tasks, Parallel(2), key="s:1"))
+        orders.append([[c.id for c in ep.calls] for ep in eps])
+    want = ["0", "1", "0.0", "1.0", "0.0.0", "1.0.0"]  # level by level, each level in tree order
+    assert orders[0] == orders[1] == [want, want]
+    # each call ran knowing its place: rollout key, task slot, call id
+    assert seen["s:1/1/1.0"] == "qb | x" and seen["s:1/0/0.0.0"] == "qa | x | x"
+    assert len(seen) == 12
+
+
 # ---------------------------------------------------------------- tree credit
 def call(id, reward=0.0, done=False, error=None):
     parent = id.rpartition(".")[0] or None

@@ -23,13 +23,22 @@ the same).
 
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
+
+Every agent call runs with `CALL_ADDRESS` set to where it sits in the rollout:
+the caller's rollout key (e.g. run seed and step), the task's slot in the
+batch and the call's id in its tree. An agent that draws at random can key its
+draw on it, so the draw no longer depends on the order in which concurrent
+replies happened to arrive (remote agents answer in any order), and a resumed
+run draws exactly what the uninterrupted one drew.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -183,19 +192,37 @@ BRANCH_RULES = {
 }
 
 
+CALL_ADDRESS: ContextVar[str | None] = ContextVar("masrl_call_address", default=None)
+
+
+def call_address(key: str, slot: int, call_id: str) -> str:
+    """Where a call sits: the rollout's key, the task's slot in the batch, the call's tree id."""
+    return f"{key}/{slot}/{call_id}"
+
+
+def address_seed(address: str) -> int:
+    """A 63-bit seed from an address (sha256: stable across processes, unlike hash())."""
+    return int.from_bytes(hashlib.sha256(address.encode()).digest()[:8], "big") >> 1
+
+
 async def expand(
-    system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner
-) -> Episode:
-    calls: list[Call] = []  # appended parents first
+    system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner,
+    key: str | None = None, slot: int = 0,
+) -> Episode:  # fmt: skip
+    calls: list[Call] = []
+
+    def address(parent: str | None, i: int, first: int) -> str | None:
+        return None if key is None else call_address(key, slot, _call_id(parent, i, first))
 
     async def grow(state: Any, parent: str | None, depth: int, rule: BranchRule, first: int = 0) -> None:
         step = system.next_step(state)
         agent = agents[step.agent]
-        outcomes = await asyncio.gather(*(_invoke(agent, step.messages) for _ in range(rule.width(depth, step))))
+        width = rule.width(depth, step)
+        outcomes = await asyncio.gather(*(_invoke(agent, step.messages, address(parent, i, first))
+                                          for i in range(width)))  # fmt: skip
         children: list[tuple[Call, Transition | None]] = []
         for i, (reply, error) in enumerate(outcomes):
-            call_id = str(first + i) if parent is None else f"{parent}.{i}"
-            base = dict(id=call_id, parent=parent, agent=step.agent, role=step.role, turn=step.turn, messages=step.messages)
+            base = dict(id=_call_id(parent, i, first), parent=parent, agent=step.agent, role=step.role, turn=step.turn, messages=step.messages)
             if reply is None:
                 children.append((Call(**base, reply=None, done=True, error=error), None))
                 continue
@@ -213,10 +240,24 @@ async def expand(
     for plan in plans[:-1]:
         firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))
     await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in zip(plans, firsts)))
-    return Episode(task=task, calls=tuple(calls))
+    # level by level, each level in tree order: not the order the replies happened to finish in
+    # (network timing), so the same draws make the same episode and the same update
+    return Episode(task=task, calls=tuple(sorted(calls, key=_tree_order)))
 
 
-async def _invoke(agent: Agent, messages: tuple[Message, ...]) -> tuple[Reply | None, str | None]:
+def _tree_order(call: Call) -> tuple[int, tuple[int, ...]]:
+    path = tuple(int(p) for p in call.id.split("."))
+    return len(path), path
+
+
+def _call_id(parent: str | None, i: int, first: int) -> str:
+    """Roots are numbered on across a task's plans; a child is its parent's id and its index."""
+    return str(first + i) if parent is None else f"{parent}.{i}"
+
+
+async def _invoke(agent: Agent, messages: tuple[Message, ...], address: str | None = None
+                  ) -> tuple[Reply | None, str | None]:  # fmt: skip
+    CALL_ADDRESS.set(address)  # gather runs each call as its own task, so this stays in this call
     try:
         return await agent(messages), None
     except Exception as exc:  # noqa: BLE001 - recorded on the call; the step goes on
@@ -224,7 +265,9 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...]) -> tuple[Reply | 
 
 
 async def rollout(
-    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner
-) -> list[Episode]:
-    """Expand every task's tree concurrently, so generation batches across tasks."""
-    return list(await asyncio.gather(*(expand(system, agents, t, rule) for t in tasks)))
+    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
+    key: str | None = None,
+) -> list[Episode]:  # fmt: skip
+    """Expand every task's tree concurrently, so generation batches across tasks. `key` names
+    this rollout (unique within a run) in every call's `CALL_ADDRESS`; None leaves it unset."""
+    return list(await asyncio.gather(*(expand(system, agents, t, rule, key, i) for i, t in enumerate(tasks))))

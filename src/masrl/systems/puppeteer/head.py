@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from masrl.rollout.tree import CALL_ADDRESS, address_seed
 from masrl.types import Message, Reply, Sample
 
 Encoder = Callable[[list[str]], np.ndarray]  # texts -> [N, D] float
@@ -68,10 +69,17 @@ def reinforce_loss(
 class BatchedEncoder:
     """Encodes the states of concurrent episodes together: each call waits a few event-loop
     rounds for the other coroutines' states, then one encoder call embeds them all (the W
-    paths of a task share their first state, so duplicates are encoded once)."""
+    paths of a task share their first state, so duplicates are encoded once).
 
-    def __init__(self, encode: Encoder, settle_rounds: int = 8, max_batch: int = 256):
+    `alone=True` embeds each distinct state in a forward pass of its own: a padded batch of
+    other shapes rounds differently in the last bits, and which states share a batch follows
+    the order remote agents answered in. Adam turns such noise in a gradient that should be
+    exactly zero (paths of one state whose advantages cancel) into a real step, so the run
+    would depend on network timing."""
+
+    def __init__(self, encode: Encoder, settle_rounds: int = 8, max_batch: int = 256, alone: bool = False):
         self.encode = encode
+        self.alone = alone
         self.settle_rounds = settle_rounds
         self.max_batch = max_batch
         self._pending: list[tuple[str, asyncio.Future]] = []
@@ -92,7 +100,10 @@ class BatchedEncoder:
             batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             texts = list(dict.fromkeys(t for t, _ in batch))
             try:
-                vectors = dict(zip(texts, np.asarray(self.encode(texts), dtype=np.float32)))
+                if self.alone:
+                    vectors = {t: np.asarray(self.encode([t]), dtype=np.float32)[0] for t in texts}
+                else:
+                    vectors = dict(zip(texts, np.asarray(self.encode(texts), dtype=np.float32)))
             except Exception as exc:  # noqa: BLE001 - handed to every waiting episode
                 for _, f in batch:
                     if not f.done():
@@ -115,6 +126,7 @@ class HeadAgent:
         temperature: float = 1.0,
         greedy: bool = False,
         seed: int | None = None,
+        keyed: bool = False,
     ):
         self.name = name
         self.head = head
@@ -122,8 +134,18 @@ class HeadAgent:
         self.actions = tuple(actions)
         self.temperature = temperature
         self.greedy = greedy
-        # None: torch's global RNG, which the engine seeds and checkpoints (a resumed run draws on).
+        # None: torch's global RNG, which the engine seeds and checkpoints (a resumed run draws on);
+        # it is shared, so the draws follow the order the episodes reach the head in.
         self.generator = None if seed is None else torch.Generator().manual_seed(seed)
+        # keyed: each decision draws from a generator seeded by its place in the rollout
+        # (`CALL_ADDRESS`), so replies arriving in another order (remote agents) draw the same.
+        self.keyed = keyed
+
+    def _generator(self) -> torch.Generator | None:
+        address = CALL_ADDRESS.get() if self.keyed else None
+        if address is None:
+            return self.generator
+        return torch.Generator().manual_seed(address_seed(address))
 
     async def __call__(self, messages: Sequence[Message]) -> Reply:
         state = next((m.content for m in reversed(messages) if m.role == "user"), "")
@@ -134,7 +156,7 @@ class HeadAgent:
                 action = int(logits.argmax())
             else:
                 probs = torch.softmax(logits / self.temperature, dim=-1)
-                action = int(torch.multinomial(probs, 1, generator=self.generator))
+                action = int(torch.multinomial(probs, 1, generator=self._generator()))
         choice = HeadChoice(tuple(float(x) for x in feats), action)
         return Reply(text=self.actions[action], tokens_in=0, tokens_out=0, cost=0.0, policy=self.name, payload=choice)
 
