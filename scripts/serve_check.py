@@ -25,11 +25,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import openai
+
+from masrl.http import wait_healthy
 
 
 @contextlib.contextmanager
@@ -41,17 +41,10 @@ def served(run_dir: Path):
     proc = subprocess.Popen([sys.executable, "-m", "masrl.cli", "serve", str(run_dir), "--port", str(port)],
                             env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"masrl serve exited with {proc.returncode}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit("masrl serve did not start in 300 s")
-        time.sleep(0.5)
+    try:
+        wait_healthy(url, proc, timeout=300, every=0.5)
+    except RuntimeError as exc:
+        raise SystemExit(f"masrl serve: {exc}") from None
     try:
         yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     finally:

@@ -20,6 +20,7 @@ import pytest
 from smoke import tiny_run
 
 from masrl.cli import main
+from masrl.http import wait_healthy
 from masrl.systems.router.evaluation import evaluate_controller
 from masrl.train import load_trained
 
@@ -43,17 +44,7 @@ def serving(*argv: str, key: str | None = KEY):
     cmd = [sys.executable, "-m", "masrl.cli", "serve", *argv, "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"masrl serve exited {proc.returncode}:\n{proc.stdout.read()}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("masrl serve did not start")
-        time.sleep(0.2)
+    wait_healthy(url, proc)
     try:
         yield url
     finally:
@@ -288,13 +279,7 @@ def test_graceful_shutdown_finishes_in_flight_requests_and_busy_server_says_429(
     proc = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.1)
+    wait_healthy(url, proc, timeout=60, every=0.1)
     results = {}
     msg = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -389,3 +374,13 @@ def test_extra_routers_sit_behind_the_same_key_and_size_limit():
         assert httpx.post(url + "/v1/echo", json={"a": 1}).status_code == 401
         assert httpx.post(url + "/v1/echo", json={"a": 1}, headers=headers).json() == {"got": {"a": 1}}
         assert httpx.post(url + "/v1/echo", json={"a": "x" * 300}, headers=headers).status_code == 413
+
+
+def test_wait_healthy_reports_a_server_that_died_and_one_that_never_answers():
+    proc = subprocess.Popen([sys.executable, "-c", "print('port in use'); raise SystemExit(3)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc.wait()
+    with pytest.raises(RuntimeError, match=r"exited with 3 before it was healthy\nport in use"):
+        wait_healthy(f"http://127.0.0.1:{free_port()}", proc, timeout=5)
+    with pytest.raises(RuntimeError, match="was not healthy within 1 s"):
+        wait_healthy(f"http://127.0.0.1:{free_port()}", timeout=1, every=0.1)

@@ -26,8 +26,10 @@ accepting connections and lets in-flight requests finish (up to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -253,6 +255,28 @@ async def _stream(work, model: str, include_usage: bool, requests: Counter, late
     yield sse("[DONE]")
     requests.labels(route, "200").inc()
     latency.labels(route).observe(time.perf_counter() - t0)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float = 180.0, every: float = 0.2) -> None:
+    """Block until the server at `url` answers ``GET /health`` with 200.
+
+    Raises RuntimeError when `proc` (the server's process, if we started it) exits first, with
+    its output when it was piped, or when `timeout` seconds pass (then `proc` is killed)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            raise RuntimeError(f"the server exited with {proc.returncode} before it was healthy\n{out or ''}".rstrip())
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            if proc is not None:
+                proc.kill()
+            raise RuntimeError(f"{url} was not healthy within {timeout:.0f} s")
+        time.sleep(every)
 
 
 def run(app, settings: ServerSettings) -> None:
