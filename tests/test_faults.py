@@ -9,8 +9,8 @@ continues from exactly that checkpoint, so the finished run has each step once, 
 
 And the resumed run is the uninterrupted one: the same decisions, answers and rewards at every
 call of every step, the same advantages and metrics. Replies arrive in whatever order the faulty
-server sends them, so the orchestrator decides by each decision's place in the rollout
-(`system.head_order=place`: a draw keyed by it, the state embedded alone), not by arrival order.
+server sends them, so the run is a rollout by place (`rollout.order=place`: calls listed in tree
+order, each head decision drawn keyed by its place and its state embedded alone).
 Floats are compared to 1e-5 (sums over calls run in another order after a resume).
 """
 
@@ -46,7 +46,7 @@ def _args(url: str, run: Path) -> list[str]:
         "train", "puppeteer-head", f"run.dir={run}", "system.encoder=base", "system.pool.kind=agents",
         f"system.pool.agents=[{agents}]", "system.depth=2", "system.graphs=0", f"trainer.steps={STEPS}",
         "trainer.batch_size=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=2", "eval.size=4",
-        "eval.before=false", "trainer.threads=1", "system.head_order=place",
+        "eval.before=false", "trainer.threads=1", "rollout.order=place",
     ]  # fmt: skip
 
 

@@ -443,9 +443,10 @@ def test_config_mistakes_are_named(override, message):
         load_config("puppeteer-head", [override])
 
 
-def test_keyed_head_draws_do_not_depend_on_the_order_replies_arrive_in():
+def test_head_draws_by_place_do_not_depend_on_the_order_replies_arrive_in():
     """With agents answering after different delays (remote agents, answered in any order), the
-    global RNG hands its draws out in arrival order; keyed draws follow each decision's place."""
+    global RNG hands its draws out in arrival order; in a rollout by place (a key) they follow
+    each decision's place."""
     from masrl.types import Reply
 
     system = two_agent_system(depth=3)
@@ -459,19 +460,19 @@ def test_keyed_head_draws_do_not_depend_on_the_order_replies_arrive_in():
 
         return call
 
-    def decisions(keyed, delays, key="7:train:1"):
+    def decisions(delays, key):
         torch.manual_seed(0)
         head = scoring_head(1, 3)
-        agent = HeadAgent("orchestrator", head, constant_encoder, system.actions, keyed=keyed)
+        agent = HeadAgent("orchestrator", head, constant_encoder, system.actions)
         agents = {"right:reasoning": slow("right", "so <answer>7</answer>", delays),
                   "wrong:reasoning": slow("wrong", "so <answer>8</answer>", delays), "orchestrator": agent}
         eps = asyncio.run(rollout(system, agents, ExactTask().items("train", 0, 4), Parallel(4), key=key))
-        # by call id: an episode lists its calls in the order they finished
-        return [{c.id: c.action for c in ep.calls if c.role == "orchestrator"} for ep in eps]
+        return [[(c.id, c.action) for c in ep.calls if c.role == "orchestrator"] for ep in eps]
 
     fast_first, slow_first = (0.0, 0.01, 0.02), (0.02, 0.01, 0.0)
-    keyed = decisions(True, fast_first)
-    assert decisions(True, slow_first) == keyed  # same places, same draws
-    assert decisions(True, fast_first, key="7:train:2") != keyed  # another step draws anew
-    assert decisions(False, slow_first) != decisions(False, fast_first)  # what keying fixes
-    assert len({a for ep in keyed for a in ep.values()}) >= 2  # the keyed draws still sample (uniform head)
+    by_place = decisions(fast_first, "7:train:1")
+    assert decisions(slow_first, "7:train:1") == by_place  # same places, same draws, same call order
+    assert decisions(fast_first, "7:train:2") != by_place  # another step draws anew
+    # by arrival the draws (and the order calls are listed in) follow the delays: what a key fixes
+    assert decisions(slow_first, None) != decisions(fast_first, None)
+    assert len({a for ep in by_place for _, a in ep}) >= 2  # keyed draws still sample (a uniform head)

@@ -84,6 +84,12 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature during training")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_batch: int = Field(64, gt=0, description="largest generate() batch")
+    order: Literal["arrival", "place"] = Field(
+        "arrival", description="arrival: an episode lists its calls as they finish and agents draw in the order "
+        "they are called; place: a training rollout depends only on each call's place in it (run seed, step, task "
+        "slot, call id), not on the order remote agents answer in: calls in tree order, draws keyed by place "
+        "(masrl/rollout/tree.py)",
+    )  # fmt: skip
 
 
 class RewardConfig(Section):

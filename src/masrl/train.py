@@ -320,7 +320,7 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
         episodes = None
         if main:  # 1. sample (rank 0; the others receive its episodes)
             tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
-            key = f"{config.run.seed}:train:{step}"  # names each call's place, for agents that draw by it
+            key = f"{config.run.seed}:train:{step}" if config.rollout.order == "place" else None
             episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, key))
         episodes = distributed.broadcast(episodes)
         t_sample = time.perf_counter() - t0

@@ -24,12 +24,15 @@ the same).
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
 
-Every agent call runs with `CALL_ADDRESS` set to where it sits in the rollout:
-the caller's rollout key (e.g. run seed and step), the task's slot in the
-batch and the call's id in its tree. An agent that draws at random can key its
-draw on it, so the draw no longer depends on the order in which concurrent
-replies happened to arrive (remote agents answer in any order), and a resumed
-run draws exactly what the uninterrupted one drew.
+A rollout given a `key` (`rollout.order: place`; the key names the run seed
+and step) depends only on where each call sits, not on the order concurrent
+replies happened to arrive in (remote agents answer in any order): every call
+runs with `CALL_ADDRESS` set to its place (the key, the task's slot in the
+batch, the call's id in its tree), so an agent that draws at random can key
+its draw on it, and the episode lists its calls level by level in tree order,
+so the update sums its samples in the same order. A run resumed after a kill
+then draws exactly what the uninterrupted one drew. Without a key, calls are
+listed as they finished (the order every measured run in the README used).
 """
 
 from __future__ import annotations
@@ -209,7 +212,7 @@ async def expand(
     system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner,
     key: str | None = None, slot: int = 0,
 ) -> Episode:  # fmt: skip
-    calls: list[Call] = []
+    calls: list[Call] = []  # appended parents first
 
     def address(parent: str | None, i: int, first: int) -> str | None:
         return None if key is None else call_address(key, slot, _call_id(parent, i, first))
@@ -240,9 +243,9 @@ async def expand(
     for plan in plans[:-1]:
         firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))
     await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in zip(plans, firsts)))
-    # level by level, each level in tree order: not the order the replies happened to finish in
-    # (network timing), so the same draws make the same episode and the same update
-    return Episode(task=task, calls=tuple(sorted(calls, key=_tree_order)))
+    if key is not None:  # by place: level by level in tree order, not in the order replies finished in
+        calls.sort(key=_tree_order)
+    return Episode(task=task, calls=tuple(calls))
 
 
 def _tree_order(call: Call) -> tuple[int, tuple[int, ...]]:
@@ -268,6 +271,6 @@ async def rollout(
     system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
     key: str | None = None,
 ) -> list[Episode]:  # fmt: skip
-    """Expand every task's tree concurrently, so generation batches across tasks. `key` names
-    this rollout (unique within a run) in every call's `CALL_ADDRESS`; None leaves it unset."""
+    """Expand every task's tree concurrently, so generation batches across tasks. `key` (unique
+    within a run) makes the rollout one by place (see the module's doc); None: by arrival."""
     return list(await asyncio.gather(*(expand(system, agents, t, rule, key, i) for i, t in enumerate(tasks))))

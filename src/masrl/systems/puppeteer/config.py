@@ -33,11 +33,6 @@ class PuppeteerConfig(SystemSection):
     )
     head_hidden: int = Field(0, ge=0, description="head: hidden units of the scoring MLP; 0 = linear")
     head_lr: float = Field(1e-2, gt=0.0, description="head: AdamW learning rate")
-    head_order: Literal["arrival", "place"] = Field(
-        "arrival", description="head: arrival = draw from torch's global RNG in the order episodes reach the head and "
-        "embed states in the batches they arrive in; place = each decision depends only on its place in the rollout "
-        "(a draw keyed by it, its state embedded alone): the same run whatever order remote agents answer in",
-    )  # fmt: skip
     depth: int = Field(4, ge=1, description="most agent steps on a path (phi in C_t = F log(1 + t/phi))")
     lam: float = Field(0.1, ge=0.0, description="lambda: weight of the step costs in the return")
     cost: Literal["tokens", "flops"] = Field(
@@ -66,9 +61,6 @@ def check_puppeteer(config: Config) -> None:
         raise ValueError("system.tools read_file and search need system.folder")
     if p.folder and not resolve_folder(p.folder).is_dir():
         raise ValueError(f"system.folder: {p.folder} is not a directory")
-    if p.head_order == "place" and p.policy != "head":
-        raise ValueError("system.head_order place needs system.policy head (an LLM orchestrator samples in the "
-                         "generation service's batches)")
     if p.policy == "head" and config.algo.advantage == "gae":
         raise ValueError("system.policy 'head' scores agents, not tokens: use algo.advantage reinforce or "
                          "reinforce_baseline")

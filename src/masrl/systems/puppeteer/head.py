@@ -126,7 +126,6 @@ class HeadAgent:
         temperature: float = 1.0,
         greedy: bool = False,
         seed: int | None = None,
-        keyed: bool = False,
     ):
         self.name = name
         self.head = head
@@ -137,12 +136,11 @@ class HeadAgent:
         # None: torch's global RNG, which the engine seeds and checkpoints (a resumed run draws on);
         # it is shared, so the draws follow the order the episodes reach the head in.
         self.generator = None if seed is None else torch.Generator().manual_seed(seed)
-        # keyed: each decision draws from a generator seeded by its place in the rollout
-        # (`CALL_ADDRESS`), so replies arriving in another order (remote agents) draw the same.
-        self.keyed = keyed
 
     def _generator(self) -> torch.Generator | None:
-        address = CALL_ADDRESS.get() if self.keyed else None
+        """In a rollout by place, a generator seeded by this decision's place (`CALL_ADDRESS`),
+        so replies arriving in another order (remote agents) draw the same; else the shared one."""
+        address = CALL_ADDRESS.get()
         if address is None:
             return self.generator
         return torch.Generator().manual_seed(address_seed(address))

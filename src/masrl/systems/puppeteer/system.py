@@ -269,11 +269,10 @@ def build_head(config, actions: Sequence[str]) -> Head:
 
     p = config.system
     encode, dim = build_encoder(p.encoder, config.model.name)
-    by_place = p.head_order == "place"
-    encoder = BatchedEncoder(encode, alone=by_place)  # one batcher shared by the sampling and greedy agents
+    # a rollout by place embeds each state alone: which states share a padded batch follows arrival order
+    encoder = BatchedEncoder(encode, alone=config.rollout.order == "place")  # shared by both agents
     head = scoring_head(dim, len(actions), p.head_hidden, seed=config.run.seed)
-    sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature,
-                       keyed=by_place)
+    sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature)
     greedy = HeadAgent(ORCHESTRATOR, head, encoder, actions, greedy=True)
     learner = HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm)
     return Head(sample, greedy, learner)
