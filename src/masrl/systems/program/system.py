@@ -13,8 +13,8 @@ calls 0..k-1 from the recording and sample from call k on. Under a branching rul
 - `parallel` (G runs per task): width G at the root, 1 below: G independent runs;
 - `fork_on_first` (depth 0): one run, then G-1 replays forking at call d;
 - `per_turn_greedy` (AT-GRPO's tree): at every trained call K candidates from the same prefix;
-  the best by immediate reward branches further, the others run on to their end (a program's
-  run cannot stop half way, and its outcome is already paid for);
+  the best by immediate reward continues, the others are leaves (as in every system's tree: what
+  their runs did afterwards is not recorded, except a fault, which fails them);
 - `full_tree`: every trained call branches.
 
 Calls to frozen agents are never forked (`Step.branch=False`). A replayed run that asks anything
@@ -57,17 +57,6 @@ class Run:
     rewards: Mapping[str, float]  # per-call rewards it posted, by completion id
     outcome: Outcome
     fault: str | None  # the gateway's reason first (an unknown model usually crashes the program after)
-
-
-@dataclass(frozen=True)
-class One:
-    """Below a candidate that does not branch: its run goes on alone."""
-
-    def width(self, depth: int, step: Step) -> int:
-        return 1
-
-    def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]:
-        return range(len(children))
 
 
 @dataclass
@@ -129,9 +118,12 @@ class ProgramSystem:
             out.extend(made)
             nodes.append((made[0], run if not made[0].failed and not made[-1].failed and not made[0].done else None))
         kept = set(rule.keep(depth, step, [c for c, _ in nodes]))
+        for i, (call, run) in enumerate(nodes):  # a candidate that does not continue is a leaf, as in any tree;
+            if run is not None and i not in kept and run.fault:  # its run's later fault is still counted
+                out.append(failed_call(f"{call.id}.0", call.id, depth + 1, run.fault))
         await asyncio.gather(*(
-            self._grow(agents, item, rule if i in kept else One(), out, run.calls[: depth + 1], call.id, depth + 1, run)
-            for i, (call, run) in enumerate(nodes) if run is not None
+            self._grow(agents, item, rule, out, run.calls[: depth + 1], call.id, depth + 1, run)
+            for i, (call, run) in enumerate(nodes) if run is not None and i in kept
         ))  # fmt: skip
 
     def step(self, rec: Recorded) -> Step:
@@ -144,7 +136,7 @@ class ProgramSystem:
         where = dict(id=call_id, parent=parent, turn=depth)
         if len(run.calls) <= depth:
             reason = run.fault or f"nondeterministic: the replayed run ended after {len(run.calls)} calls"
-            return [Call(**where, agent="program", role="program", messages=(), reply=None, done=True, error=reason)]
+            return [failed_call(call_id, parent, depth, reason)]
         rec = run.calls[depth]
         if sibling is not None and (rec.agent, rec.messages) != (sibling.agent, sibling.messages):
             reason = f"nondeterministic: call {depth} asked {rec.agent!r} something other than its sibling"
@@ -161,9 +153,7 @@ class ProgramSystem:
                     action=run.outcome.answer if last else None, rewards=rewards, reward=reward,
                     done=last and run.fault is None)  # fmt: skip
         if last and run.fault is not None:
-            failed = Call(id=f"{call_id}.0", parent=call_id, agent="program", role="program", turn=depth + 1,
-                          messages=(), reply=None, done=True, error=run.fault)  # fmt: skip
-            return [call, failed]
+            return [call, failed_call(f"{call_id}.0", call_id, depth + 1, run.fault)]
         return [call]
 
     def final_rewards(self, item: TaskItem, outcome: Outcome) -> dict[str, float]:
@@ -180,6 +170,12 @@ class ProgramSystem:
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
         """Failed runs per reason (`program/failed_<reason>`) and in all; depends on the episodes alone."""
         return fault_metrics(episodes)
+
+
+def failed_call(call_id: str, parent: str | None, turn: int, reason: str) -> Call:
+    """Where a run failed: a call with no reply (the engine leaves its trajectory out of the update)."""
+    return Call(id=call_id, parent=parent, agent="program", role="program", turn=turn, messages=(), reply=None,
+                done=True, error=reason)  # fmt: skip
 
 
 def fault_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
