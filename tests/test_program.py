@@ -273,3 +273,58 @@ def test_the_program_and_the_system_give_the_same_samples(tiny_engine):
         out.append([asyncio.run(expand(s, tiny_engine.agents, item, Parallel(1))) for item in items])
     assert [_shape(e) for e in out[0]] == [_shape(e) for e in out[1]]
     assert len({c.reply.response_ids for e in out[0] for c in e.calls}) > 3  # really sampled
+
+
+# ---------------------------------------------------------------- credit options on recorded runs
+def recorded(run: str, agent: str, k: int):
+    from masrl.systems.program.gateway import Recorded
+    from masrl.types import Message, Reply
+
+    reply = Reply("x", 1, 1, 0.0, prompt_ids=(1, k), response_ids=(2,), policy="shared")
+    return Recorded(f"{run}-{k}", agent, (Message("user", f"{agent} {k}"),), reply)
+
+
+def two_runs():
+    """One task (20 - 1 = 19), two runs: A = solver, checker (accepts), answer 19 (right);
+    B = solver, checker (sends back; the program rewards that call 0.5), solver, answer 7 (wrong)."""
+    from masrl.systems.program.runner import Outcome
+    from masrl.systems.program.system import Run
+    from masrl.types import Episode
+
+    system, task = make_system([PY, "-c", "pass"])
+    item = task.items("train", 0, 1)[0]
+    assert item.answer == "19"
+    a = Run((recorded("a", "solver", 0), recorded("a", "checker", 1)), {}, Outcome("19", None, None, 0.0), None)
+    b = Run((recorded("b", "solver", 0), recorded("b", "checker", 1), recorded("b", "solver", 2)), {"b-1": 0.5},
+            Outcome("7", None, None, 0.0), None)  # fmt: skip
+    calls = [*system.node("0", None, 0, a, item, None), *system.node("0.0", "0", 1, a, item, None),
+             *system.node("1", None, 0, b, item, None), *system.node("1.0", "1", 1, b, item, None),
+             *system.node("1.0.0", "1.0", 2, b, item, None)]  # fmt: skip
+    return Episode(item, tuple(calls))
+
+
+CREDIT_OPTIONS = {  # name -> the engine options it is (docs/program.md) and its hand-computed advantages (grpo_mean)
+    # tree_q returns: A 1, 1; B 0.5, 0.5, 0 (the per-call 0.5 flows back); one group of 5, mean 0.6
+    "run": (["algo.credit=tree_q", "algo.grouping=run"],
+            {"0": 0.4, "0.0": 0.4, "1": -0.1, "1.0": -0.1, "1.0.0": -0.6}),
+    # groups (solver, 0): 1 vs 0.5; (checker, 1): 1 vs 0.5; (solver, 2): alone
+    "agent_turn": (["algo.credit=tree_q", "algo.grouping=agent_turn"],
+                   {"0": 0.25, "0.0": 0.25, "1": -0.25, "1.0": -0.25, "1.0.0": 0.0}),
+    # descendant_mean: a call's return is the mean final reward below it plus its own: A 1, 1; B 0, 0.5, 0
+    "mhgpo": (["algo.credit=descendant_mean", "algo.grouping=task", "algo.sample_weight=per_agent",
+               "algo.aggregation=seq_mean"],
+              {"0": 0.5, "0.0": 0.25, "1": -0.5, "1.0": -0.25, "1.0.0": 0.0}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CREDIT_OPTIONS)
+def test_credit_options_on_recorded_runs(name, run_dir):
+    options, expected = CREDIT_OPTIONS[name]
+    episode = two_runs()
+    assert [c.reward for c in episode.calls] == [0.0, 1.0, 0.0, 0.5, 0.0]
+    cfg = config(run_dir, "x.py", "algo.advantage=grpo_mean", "algo.skip_zero_advantage=false", *options)
+    scored = score([episode], cfg)
+    assert {cid: round(a, 9) for (_, cid), a in scored.advantages.items()} == expected
+    weights = [s.weight for s in scored.samples["shared"]]
+    # MHGPO eq. 6: 5 samples, 3 solver and 2 checker ones: w = 5 / (2 agents * 3) and 5 / (2 * 2)
+    assert weights == ([5 / 6, 5 / 4, 5 / 6, 5 / 4, 5 / 6] if name == "mhgpo" else [1.0] * 5)
