@@ -328,3 +328,15 @@ def test_credit_options_on_recorded_runs(name, run_dir):
     weights = [s.weight for s in scored.samples["shared"]]
     # MHGPO eq. 6: 5 samples, 3 solver and 2 checker ones: w = 5 / (2 agents * 3) and 5 / (2 * 2)
     assert weights == ([5 / 6, 5 / 4, 5 / 6, 5 / 4, 5 / 6] if name == "mhgpo" else [1.0] * 5)
+
+
+def test_the_documented_program_runs_as_it_stands(tmp_path, tiny_engine):
+    text = (ROOT / "docs" / "program.md").read_text()
+    program = tmp_path / "program.py"
+    program.write_text(text.split("```python\n", 1)[1].split("```", 1)[0])
+    system, task = make_system([PY, str(program)])
+    item = task.items("train", 0, 1)[0]
+    episode = asyncio.run(expand(system, tiny_engine.agents, item, Parallel(2)))
+    assert not any(c.failed for c in episode.calls)
+    assert [c.agent for c in episode.calls if c.parent is None] == ["solver", "solver"]
+    assert sum(c.done for c in episode.calls) == 2 and all("final" in c.rewards for c in episode.calls if c.done)
