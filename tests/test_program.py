@@ -340,3 +340,12 @@ def test_the_documented_program_runs_as_it_stands(tmp_path, tiny_engine):
     assert not any(c.failed for c in episode.calls)
     assert [c.agent for c in episode.calls if c.parent is None] == ["solver", "solver"]
     assert sum(c.done for c in episode.calls) == 2 and all("final" in c.rewards for c in episode.calls if c.done)
+
+
+def test_a_run_past_its_call_budget_fails(tiny_engine):
+    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")], max_calls=1)
+    item = task.items("train", 0, 1)[0]
+    episode = asyncio.run(expand(system, tiny_engine.agents, item, Parallel(1)))
+    assert [(c.agent, c.error) for c in episode.calls] == [
+        ("solver", None), ("program", "too_many_calls: more than 1 model calls")]
+    assert episode.failed_ids() == {"0", "0.0"}
