@@ -96,10 +96,10 @@ def test_an_unknown_model_gets_404_naming_the_models_and_fails_the_episode():
 def test_token_ids_and_logprobs_streamed_or_not(tiny_engine_agents):
     """The official client: ids under vLLM's names when asked (return_token_ids), log-probs under
     OpenAI's; the same in a streamed reply's last chunk; a client that asks nothing gets neither."""
-    agents, tokenizer = tiny_engine_agents
+    agents = tiny_engine_agents
 
     async def go():
-        gateway = Gateway(tokenizers={"solver": tokenizer})
+        gateway = Gateway()
         async with gateway.serving():
             s = gateway.open(agents, ["solver"])
             client = AsyncOpenAI(base_url=gateway.url(s), api_key=s.key, max_retries=0)
@@ -168,4 +168,4 @@ def tiny_engine_agents(tmp_path_factory):
     cfg = load_config(str(example), [*tiny_run(), f"run.dir={tmp_path_factory.mktemp('r') / 'run'}",
                                      "system.command=python", "system.trained={solver: solver}"])  # fmt: skip
     engine = build_engine(cfg)
-    return engine.agents, engine.models["solver"].tokenizer
+    return engine.agents

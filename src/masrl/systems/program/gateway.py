@@ -112,10 +112,8 @@ class RewardPost(BaseModel):
 class Gateway:
     """The gateway's sessions and its server (started while any episode needs it)."""
 
-    def __init__(self, tokenizers: Mapping[str, Any] | None = None, per_call_rewards: bool = True,
-                 max_concurrency: int = 1024):  # fmt: skip
+    def __init__(self, per_call_rewards: bool = True, max_concurrency: int = 1024):
         self.sessions: dict[str, Session] = {}
-        self.tokenizers = dict(tokenizers or {})  # model name -> tokenizer, to name log-prob tokens
         self.per_call_rewards = per_call_rewards
         settings = ServerSettings(host="127.0.0.1", port=0, max_body_bytes=8 << 20, max_concurrency=max_concurrency,
                                   authorise=self._authorise)  # fmt: skip
@@ -172,8 +170,8 @@ class Gateway:
             ids = want_ids and r.response_ids is not None
             logprobs = None
             if want_logprobs and r.logprobs is not None:
-                tok = self.tokenizers.get(name)
-                names = [tok.decode([t]) if tok else str(t) for t in r.response_ids]
+                tok = session.agents[name].model.tokenizer  # a trained agent (PolicyAgent): only it has log-probs
+                names = [tok.decode([t]) for t in r.response_ids]
                 logprobs = tuple(zip(names, r.logprobs))
             return Completion(r.text, r.tokens_in, r.tokens_out, r.finish_reason, id=rec.id,
                               prompt_token_ids=r.prompt_ids if ids else None,
