@@ -35,8 +35,9 @@ def test_one_episode_s_key_cannot_read_or_write_another_s_calls():
                 assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "heard: hi"
                 call_a = ok.json()["id"]
                 assert [c.id for c in a.calls] == [call_a]
-                for method, path, body in [("POST", "/chat/completions", chat("x")), ("GET", "/calls", None),
-                                           ("POST", "/rewards", {"id": call_a, "reward": 1.0}), ("GET", "/models", None)]:
+                routes = [("POST", "/chat/completions", chat("x")), ("GET", "/calls", None),
+                          ("POST", "/rewards", {"id": call_a, "reward": 1.0}), ("GET", "/models", None)]
+                for method, path, body in routes:
                     wrong = await http.request(method, gateway.url(b) + path, json=body, headers=auth_a)
                     assert wrong.status_code == 401, (method, path)
                     none = await http.request(method, gateway.url(b) + path, json=body)
@@ -117,7 +118,8 @@ def test_token_ids_and_logprobs_streamed_or_not(tiny_engine_agents):
     assert "prompt_token_ids" not in plain and "token_ids" not in plain["choices"][0]
     assert plain["choices"][0]["logprobs"] is None
     rec = s.calls[1].reply
-    assert asked["prompt_token_ids"] == list(rec.prompt_ids) and asked["choices"][0]["token_ids"] == list(rec.response_ids)
+    assert asked["prompt_token_ids"] == list(rec.prompt_ids)
+    assert asked["choices"][0]["token_ids"] == list(rec.response_ids)
     content = asked["choices"][0]["logprobs"]["content"]
     assert [t["logprob"] for t in content] == list(rec.logprobs)
     assert "".join(t["token"] for t in content).startswith(asked["choices"][0]["message"]["content"])
@@ -146,7 +148,8 @@ def test_replay_answers_from_the_recording_and_refuses_a_different_request():
                 except Exception as exc:  # noqa: BLE001
                     out.append((type(exc).__name__, getattr(exc, "status_code", None)))
                 if s is same:  # past the recording, the agent answers
-                    r = await client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "next"}])
+                    r = await client.chat.completions.create(model="echo",
+                                                             messages=[{"role": "user", "content": "next"}])
                     out.append((None, r.choices[0].message.content))
                 await client.close()
             return same, other, out

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def overrides(run_dir, command: str, *extra: str) -> list[str]:
-    return [*tiny_run(), f"run.dir={run_dir}", f"system.command={PY} {command}", *extra]
+    return [*tiny_run(eval_size=2), f"run.dir={run_dir}", f"system.command={PY} {command}", *extra]
 
 
 def config(run_dir, command: str, *extra: str, example: Path = SOLVER_CHECKER):
@@ -100,7 +100,8 @@ def test_the_langgraph_example_trains_two_steps(run_dir):
 def test_the_trainer_scores_the_sampled_tokens_with_the_sampling_logprobs(run_dir, tmp_path):
     seen = tmp_path / "seen"
     seen.mkdir()
-    cfg = config(run_dir, PROGRAMS / "parity.py", f"system.env={{RECORD_DIR: {seen}}}", "system.trained={solver: solver}")
+    cfg = config(run_dir, PROGRAMS / "parity.py", f"system.env={{RECORD_DIR: {seen}}}",
+                 "system.trained={solver: solver}")
     engine = build_engine(cfg)
     tasks = engine.task.items("train", 0, 2)
     episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))
@@ -137,7 +138,7 @@ def test_a_program_with_its_own_reward_updates_the_policy(run_dir, tmp_path):
     seen = tmp_path / "seen"
     seen.mkdir()
     args = overrides(run_dir, PROGRAMS / "parity.py", f"system.env={{RECORD_DIR: {seen}}}",
-                     "system.trained={solver: solver}", "trainer.lr=1e-2")  # fmt: skip
+                     "system.trained={solver: solver}", "trainer.lr=1e-2", "eval.before=false")  # fmt: skip
     assert main(["train", str(SOLVER_CHECKER / "config.yaml"), *args]) == 0
     steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
     assert all(m["adv_abs_mean"] > 0 and m["solver/samples"] > 0 for m in steps), steps
@@ -203,7 +204,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_step_goes_on_when_some_runs_fail(run_dir):
-    args = overrides(run_dir, f"{PROGRAMS / 'faulty.py'} halfcrash", "system.trained={solver: solver}")
+    args = overrides(run_dir, f"{PROGRAMS / 'faulty.py'} halfcrash", "system.trained={solver: solver}",
+                     "eval.before=false")
     assert main(["train", str(SOLVER_CHECKER / "config.yaml"), *args]) == 0
     steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
     # tasks train/0..3: per step one task crashes in all 4 runs, one answers

@@ -102,7 +102,8 @@ async def run_program(
     except asyncio.TimeoutError:
         _kill(proc)
         await proc.wait()
-        return Outcome(None, None, f"timeout: still running after {timeout:g} s (killed)", time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return Outcome(None, None, f"timeout: still running after {timeout:g} s (killed)", seconds)
     except asyncio.CancelledError:
         _kill(proc)
         raise

@@ -81,9 +81,10 @@ class ProgramSystem:
         slots = self._slots.setdefault(loop, asyncio.Semaphore(self.config.concurrency))
         async with slots:
             session = self.gateway.open(agents, self.config.trained, replay, self.config.max_calls)
+            c = self.config
             try:
-                outcome = await run_program(self.config.command, task_json(item), self._env(session),
-                                            self.config.timeout, self.config.max_output_bytes, self.config.cwd)  # fmt: skip
+                outcome = await run_program(c.command, task_json(item), self._env(session), c.timeout,
+                                            c.max_output_bytes, c.cwd)  # fmt: skip
             finally:
                 self.gateway.close(session)
         return Run(tuple(session.calls), dict(session.rewards), outcome, session.fault or outcome.fault)
@@ -188,4 +189,5 @@ def fault_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 
 def task_json(item: TaskItem) -> bytes:
     """What the program reads on stdin: the task without its answer."""
-    return (json.dumps({"id": item.id, "question": item.question, "metadata": dict(item.metadata)}, default=str) + "\n").encode()
+    task = {"id": item.id, "question": item.question, "metadata": dict(item.metadata)}
+    return (json.dumps(task, default=str) + "\n").encode()
