@@ -109,9 +109,10 @@ class AlgoConfig(Section):
         "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward; "
         "immediate: each call's own reward (AT-GRPO)"
     )
-    grouping: Literal["task", "siblings", "independent", "round_robin", "agent_turn"] = Field(
+    grouping: Literal["task", "siblings", "independent", "round_robin", "agent_turn", "run"] = Field(
         "task", description="independent, round_robin: the search system's IS and RR groups; agent_turn: "
-        "AT-GRPO's (environment, agent, turn) groups (masrl/algos/credit.py)"
+        "AT-GRPO's (environment, agent, turn) groups; run: all calls of a task's runs (one advantage per run) "
+        "(masrl/algos/credit.py)"
     )
     aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)

@@ -47,6 +47,7 @@ class Reply:
     prompt_ids: tuple[int, ...] | None = None
     response_ids: tuple[int, ...] | None = None
     policy: str | None = None
+    logprobs: tuple[float, ...] | None = None  # each response token's sampling log-prob, when recorded
     # A trainable policy that is not a token sampler (e.g. a scoring head over
     # agents) keeps here what its learner needs to recompute the choice's log-prob.
     payload: Any = None

@@ -18,7 +18,7 @@ import contextlib
 import copy
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -36,6 +36,7 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None  # sampling only: draw this batch from its own generator seeded so (a served request)
+    logprobs: bool = False  # also return each sampled token's log-prob (the training gateway records them)
 
     @property
     def greedy(self) -> bool:
@@ -47,6 +48,9 @@ class Generation:
     response_ids: tuple[int, ...]
     text: str
     finish_reason: str  # "stop" | "length"
+    # With SamplingParams.logprobs: log softmax(logits / T) of each response token as it was sampled
+    # (T = the temperature, 1 when greedy), the same quantity the trainer computes for its ratios.
+    logprobs: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,15 @@ def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: S
     with torch.random.fork_rng(devices=devices, enabled=seeded):
         if seeded:
             torch.manual_seed(params.seed)
-        out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
-    return [finish_row(tokenizer, row.tolist(), params) for row in out[:, width:].cpu()]
+        out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, return_dict_in_generate=True,
+                             output_logits=params.logprobs, **kwargs)  # fmt: skip
+    rows = out.sequences[:, width:]  # [B, R]
+    rows_out = [finish_row(tokenizer, row.tolist(), params) for row in rows.cpu()]
+    if not params.logprobs:
+        return rows_out
+    logits = torch.stack(out.logits, dim=1)  # [B, R, V]: the raw logits each token was drawn from
+    logp = token_logprobs(logits, rows, params.temperature or 1.0).cpu()  # [B, R]
+    return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist())) for i, g in enumerate(rows_out)]
 
 
 def finish_row(tokenizer, tokens: list[int], params: SamplingParams) -> Generation:
@@ -335,4 +346,5 @@ def to_reply(prompt: Sequence[int], gen: Generation, price: Price, policy: str |
         prompt_ids=tuple(prompt) if trainable else None,
         response_ids=gen.response_ids if trainable else None,
         policy=policy,
+        logprobs=gen.logprobs if trainable else None,
     )

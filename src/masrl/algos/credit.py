@@ -76,6 +76,14 @@ def group_by_agent_turn(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
     return [(i, c.agent, c.turn) for i, c in calls]
 
 
+def group_by_run(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
+    """Every call of a task's runs in one group: with `tree_q` credit and a reward only at a run's
+    end, each call's return is its run's reward, so every call of a run gets the run's one advantage
+    (what Agent Lightning and ART give every call of a trajectory). The group statistics are over
+    calls, so a run counts once per trainable call it made."""
+    return [(i,) for i, _ in calls]
+
+
 def group_by_siblings(calls: Sequence[tuple[int, Call]]) -> list[Hashable]:
     """The candidates drawn at the same tree node."""
     return [(i, c.parent) for i, c in calls]
@@ -186,6 +194,7 @@ GROUPINGS = {
     "independent": group_independent,
     "round_robin": group_round_robin,
     "agent_turn": group_by_agent_turn,
+    "run": group_by_run,
 }
 
 

@@ -31,7 +31,7 @@ import hmac
 import json
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,6 +63,9 @@ class ServerSettings:
     max_body_bytes: int = 1 << 20  # 1 MiB of JSON is far more than any chat request we answer
     max_concurrency: int = 64  # requests being answered at once; the next one gets 429
     grace_seconds: float = 30.0  # how long shutdown waits for in-flight requests
+    # Keys that depend on the request (the training gateway: one key per episode URL): called with the
+    # ASGI scope and the bearer token; replaces `api_key` when set. False answers 401.
+    authorise: Callable[[Mapping[str, Any], bytes], bool] | None = None
 
 
 class Backend(Protocol):
@@ -102,7 +105,8 @@ class Limits:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
-        if self.settings.api_key is not None and path not in PUBLIC and not self._authorised(scope):
+        guarded = self.settings.api_key is not None or self.settings.authorise is not None
+        if guarded and path not in PUBLIC and not self._authorised(scope):
             self.refused.labels("401").inc()
             return await _send_error(send, 401, "missing or invalid API key (send Authorization: Bearer KEY)",
                                      "authentication_error", [(b"www-authenticate", b"Bearer")])
@@ -131,7 +135,11 @@ class Limits:
     def _authorised(self, scope) -> bool:
         header = dict(scope["headers"]).get(b"authorization", b"")
         scheme, _, token = header.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.settings.api_key.encode())
+        if scheme.lower() != b"bearer":
+            return False
+        if self.settings.authorise is not None:
+            return self.settings.authorise(scope, token.strip())
+        return hmac.compare_digest(token.strip(), self.settings.api_key.encode())
 
     @staticmethod
     async def _read_body(receive, limit: int) -> bytes | None:

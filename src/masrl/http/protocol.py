@@ -107,6 +107,12 @@ class Completion:
     tokens_out: int
     finish_reason: str = "stop"  # "stop" | "length"
     extension: Mapping[str, Any] | None = None  # the audit record, sent under EXTENSION
+    # Token ids as vLLM's `return_token_ids` sends them (top-level `prompt_token_ids`, the choice's
+    # `token_ids`) and the sampled tokens' log-probs as OpenAI's `logprobs`; None: not asked for.
+    prompt_token_ids: tuple[int, ...] | None = None
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[tuple[str, float], ...] | None = None  # (token text, log-prob) per response token
+    id: str | None = None  # the completion's id when the backend names it (the gateway's per-call rewards refer to it)
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,7 @@ def usage(c: Completion) -> dict[str, int]:
 def completion_body(c: Completion, model: str, ident: str | None = None) -> dict[str, Any]:
     """One ``chat.completion`` object."""
     body: dict[str, Any] = {
-        "id": ident or completion_id(),
+        "id": ident or c.id or completion_id(),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -149,7 +155,19 @@ def completion_body(c: Completion, model: str, ident: str | None = None) -> dict
     }
     if c.extension is not None:
         body[EXTENSION] = dict(c.extension)
+    _add_tokens(body, body["choices"][0], c)
     return body
+
+
+def _add_tokens(body: dict[str, Any], choice: dict[str, Any], c: Completion) -> None:
+    """The token ids and log-probs a client asked for, where vLLM and OpenAI put them."""
+    if c.prompt_token_ids is not None:
+        body["prompt_token_ids"] = list(c.prompt_token_ids)
+    if c.token_ids is not None:
+        choice["token_ids"] = list(c.token_ids)
+    if c.logprobs is not None:
+        choice["logprobs"] = {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                                          for t, lp in c.logprobs]}  # fmt: skip
 
 
 def chunk_bodies(c: Completion, model: str, include_usage: bool, pieces: int = 16) -> Iterator[dict[str, Any]]:
@@ -159,7 +177,7 @@ def chunk_bodies(c: Completion, model: str, include_usage: bool, pieces: int = 1
     then an empty delta with the finish reason (and our audit record), then,
     when asked for (`stream_options.include_usage`), a chunk with no choices
     and the usage. Every chunk has the same id and creation time."""
-    ident, created = completion_id(), int(time.time())
+    ident, created = c.id or completion_id(), int(time.time())
 
     def chunk(choices: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
         return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -171,6 +189,7 @@ def chunk_bodies(c: Completion, model: str, include_usage: bool, pieces: int = 1
     last = chunk([{"index": 0, "delta": {}, "finish_reason": c.finish_reason}])
     if c.extension is not None:
         last[EXTENSION] = dict(c.extension)
+    _add_tokens(last, last["choices"][0], c)  # a streamed reply's ids and log-probs come with its last chunk
     yield last
     if include_usage:
         yield chunk([], usage=usage(c))

@@ -21,6 +21,10 @@ trees together make the task's episode, grown side by side as one forest
 question from p (Algorithm 5, seeded by the task id so a resumed run draws
 the same).
 
+A system that cannot be stepped from here (an agent program in its own process,
+masrl/systems/program) provides `async expand(agents, task, rule)` itself and is
+handed the same branching rule.
+
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
 
@@ -212,6 +216,9 @@ async def expand(
     system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner,
     key: str | None = None, slot: int = 0,
 ) -> Episode:  # fmt: skip
+    own = getattr(system, "expand", None)
+    if own is not None:  # a system that is not a state machine grows its own tree (an agent program: replay)
+        return await own(agents, task, rule)
     calls: list[Call] = []  # appended parents first
 
     def address(parent: str | None, i: int, first: int) -> str | None:

@@ -35,6 +35,7 @@ BUILTIN: dict[str, str] = {
     "pipeline": "masrl.systems.search:SYSTEM",
     "turns": "masrl.systems.turns:SYSTEM",
     "puppeteer": "masrl.systems.puppeteer:SYSTEM",
+    "program": "masrl.systems.program:SYSTEM",
 }
 
 

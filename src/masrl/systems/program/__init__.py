@@ -1,0 +1,48 @@
+"""`system.kind: program`: train an agent program people already wrote, through the training gateway.
+
+The program knows nothing of masrl: it reads the task (JSON) on stdin, talks to its models
+through `OPENAI_BASE_URL` / `OPENAI_API_KEY` with any OpenAI client (the `openai` package,
+LangGraph, the OpenAI Agents SDK, ...), and prints `{"answer": ..., "reward": ...}` as its last
+line. The config names which of its model names are trained policies (`trained`) and which are
+frozen agents (`frozen`, any pool backend). Credit, groups and updates are the engine's, on the
+call trees the gateway recorded (docs/program.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from masrl.config import ConfigError
+from masrl.systems.api import Built, SystemSpec
+from masrl.systems.program.config import ProgramConfig
+from masrl.systems.program.system import ProgramSystem
+
+RULES = ("parallel", "fork_on_first", "per_turn_greedy", "full_tree")
+
+
+def build(config, task) -> Built:
+    from masrl.pools.build import build_agent
+
+    c = config.system
+    program = c.command[0]
+    where = Path(c.cwd or ".") / program
+    if shutil.which(program) is None and not where.exists():
+        raise ConfigError(f"system.command: {program!r} is neither on PATH nor a file")
+    frozen = {a.name: build_agent(a, task, config.run.seed) for a in c.frozen}
+    return Built(ProgramSystem(c, task), dict(c.trained), frozen=frozen)
+
+
+def check(config) -> None:
+    if config.trainer.processes > 1:
+        raise ValueError("system.kind 'program' runs its programs in one process (trainer.processes=1)")
+
+
+SYSTEM = SystemSpec(
+    kind="program",
+    config=ProgramConfig,
+    build=build,
+    check=check,
+    rules=RULES,
+    summary="an agent program (any OpenAI client) trained through the gateway; trees by replay",
+)

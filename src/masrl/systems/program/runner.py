@@ -1,0 +1,126 @@
+"""Run one episode of an agent program: a subprocess with its limits, and what its output means.
+
+The program gets the task as one JSON object on stdin and answers with a JSON object on its last
+line of stdout (`{"answer": ..., "reward": ...}`). It is untrusted: it may crash, hang, print
+nothing useful or flood its output, and each of these ends the episode with a named fault
+(`crash`, `timeout`, `no_json`, `flood`) rather than an exception in the training step. The process
+runs in its own session (process group), so a timeout or a flood kills everything it started.
+Reading its pipes is asyncio's, so a running program never blocks the event loop that batches
+generation for the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+STDERR_TAIL = 2000  # characters of stderr kept for a crash's reason
+
+
+@dataclass(frozen=True)
+class Outcome:
+    answer: str | None  # the last line's `answer`, as text
+    reward: float | None  # the program's own reward, if it reported one
+    fault: str | None  # "crash: ...", "timeout: ...", "no_json: ...", "flood: ..."; None when it ran well
+    seconds: float
+
+
+def parse_last_line(stdout: bytes) -> tuple[str | None, float | None, str | None]:
+    """(answer, reward, fault) from a program's stdout: its last non-empty line must be a JSON object
+    with an `answer` (any JSON scalar, taken as text) and optionally a finite numeric `reward`."""
+    lines = [line for line in stdout.decode("utf-8", "replace").splitlines() if line.strip()]
+    if not lines:
+        return None, None, "no_json: the program printed nothing"
+    last = lines[-1].strip()
+    try:
+        record = json.loads(last)
+    except ValueError:
+        return None, None, f"no_json: last line is not JSON: {last[:120]!r}"
+    if not isinstance(record, dict) or "answer" not in record:
+        return None, None, f"no_json: last line has no 'answer': {last[:120]!r}"
+    answer = record["answer"]
+    if isinstance(answer, (dict, list)):
+        return None, None, "no_json: 'answer' must be a string or a number"
+    reward = record.get("reward")
+    if reward is not None:
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            return None, None, f"no_json: 'reward' must be a finite number, got {reward!r}"
+        reward = float(reward)
+    return ("" if answer is None else str(answer)), reward, None
+
+
+async def run_program(
+    command: Sequence[str],
+    stdin: bytes,
+    env: Mapping[str, str],
+    timeout: float,
+    max_output_bytes: int,
+    cwd: str | None = None,
+) -> Outcome:
+    started = time.perf_counter()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=dict(env), cwd=cwd, start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
+        return Outcome(None, None, f"crash: cannot start {command[0]!r}: {exc}", time.perf_counter() - started)
+    out = bytearray()
+    err = bytearray()
+    flooded = False
+
+    async def read_stdout() -> None:
+        nonlocal flooded
+        while chunk := await proc.stdout.read(1 << 16):
+            out.extend(chunk)
+            if len(out) > max_output_bytes:
+                flooded = True
+                _kill(proc)
+                return
+
+    async def read_stderr() -> None:  # drained so a chatty program never blocks on a full pipe; the tail is kept
+        while chunk := await proc.stderr.read(1 << 16):
+            err.extend(chunk)
+            del err[: max(0, len(err) - 4 * STDERR_TAIL)]
+
+    async def feed() -> None:
+        try:
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):  # it exited without reading its task: its exit code says why
+            pass
+
+    try:
+        await asyncio.wait_for(asyncio.gather(feed(), read_stdout(), read_stderr(), proc.wait()), timeout)
+    except asyncio.TimeoutError:
+        _kill(proc)
+        await proc.wait()
+        seconds = time.perf_counter() - started
+        return Outcome(None, None, f"timeout: still running after {timeout:g} s (killed)", seconds)
+    except asyncio.CancelledError:
+        _kill(proc)
+        raise
+    seconds = time.perf_counter() - started
+    if flooded:
+        await proc.wait()
+        return Outcome(None, None, f"flood: more than {max_output_bytes} bytes on stdout (killed)", seconds)
+    if proc.returncode != 0:
+        tail = err.decode("utf-8", "replace").strip()[-STDERR_TAIL:]
+        return Outcome(None, None, f"crash: exit code {proc.returncode}: {tail}", seconds)
+    answer, reward, fault = parse_last_line(bytes(out))
+    return Outcome(answer, reward, fault, seconds)
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the program's whole process group (whatever it started, too)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,174 @@
+"""The training gateway on the shared HTTP layer: per-episode URLs and keys, routing by model name,
+token ids and log-probs the way vLLM and OpenAI send them, streaming, replay, 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from openai import AsyncOpenAI, NotFoundError
+
+from masrl.agents.python_fn import FunctionAgent
+from masrl.systems.program.gateway import Gateway, Recorded
+from masrl.types import Message, Reply
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def echo_agents():
+    return {"echo": FunctionAgent("echo", lambda messages: "heard: " + messages[-1].content)}
+
+
+def chat(text: str, model: str = "echo") -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+def test_one_episode_s_key_cannot_read_or_write_another_s_calls():
+    async def go():
+        gateway = Gateway()
+        async with gateway.serving():
+            a, b = gateway.open(echo_agents(), []), gateway.open(echo_agents(), [])
+            auth_a, auth_b = {"Authorization": f"Bearer {a.key}"}, {"Authorization": f"Bearer {b.key}"}
+            async with httpx.AsyncClient() as http:
+                ok = await http.post(gateway.url(a) + "/chat/completions", json=chat("hi"), headers=auth_a)
+                assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "heard: hi"
+                call_a = ok.json()["id"]
+                assert [c.id for c in a.calls] == [call_a]
+                routes = [("POST", "/chat/completions", chat("x")), ("GET", "/calls", None),
+                          ("POST", "/rewards", {"id": call_a, "reward": 1.0}), ("GET", "/models", None)]
+                for method, path, body in routes:
+                    wrong = await http.request(method, gateway.url(b) + path, json=body, headers=auth_a)
+                    assert wrong.status_code == 401, (method, path)
+                    none = await http.request(method, gateway.url(b) + path, json=body)
+                    assert none.status_code == 401
+                # b's own key cannot reward a's call through b's URL: the call is not b's
+                cross = await http.post(gateway.url(b) + "/rewards", json={"id": call_a, "reward": 1.0}, headers=auth_b)
+                assert cross.status_code == 404
+                # outside any episode URL nothing answers, whatever the key
+                port = gateway.port
+                bare = await http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=chat("x"), headers=auth_a)
+                assert bare.status_code == 401
+                mine = await http.get(gateway.url(a) + "/calls", headers=auth_a)
+                assert [c["id"] for c in mine.json()["calls"]] == [call_a]
+                given = await http.post(gateway.url(a) + "/rewards", json={"id": call_a, "reward": 0.5}, headers=auth_a)
+                assert given.status_code == 200
+            return a, b
+
+    a, b = asyncio.run(go())
+    assert b.calls == [] and b.rewards == {} and b.fault is None
+    assert a.rewards == {a.calls[0].id: 0.5}
+
+
+def test_it_binds_loopback_only_and_stops_when_the_last_episode_leaves():
+    async def go():
+        gateway = Gateway()
+        async with gateway.serving():
+            async with gateway.serving():  # nested users share one server
+                host, port = gateway._server.servers[0].sockets[0].getsockname()[:2]
+            assert gateway.port == port
+        assert gateway.port is None
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient() as http:
+                await http.get(f"http://127.0.0.1:{port}/health")
+        return host
+
+    assert asyncio.run(go()) == "127.0.0.1"
+
+
+def test_an_unknown_model_gets_404_naming_the_models_and_fails_the_episode():
+    async def go():
+        gateway = Gateway()
+        async with gateway.serving():
+            s = gateway.open(echo_agents(), [])
+            client = AsyncOpenAI(base_url=gateway.url(s), api_key=s.key, max_retries=0)
+            listed = [m.id for m in (await client.models.list()).data]
+            with pytest.raises(NotFoundError) as err:
+                await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+            await client.close()
+            return s, listed, str(err.value)
+
+    s, listed, message = asyncio.run(go())
+    assert listed == ["echo"]
+    assert "model 'gpt-4o' not found; this episode's models are ['echo']" in message
+    assert s.fault == "unknown_model: 'gpt-4o'"
+
+
+def test_token_ids_and_logprobs_streamed_or_not(tiny_engine_agents):
+    """The official client: ids under vLLM's names when asked (return_token_ids), log-probs under
+    OpenAI's; the same in a streamed reply's last chunk; a client that asks nothing gets neither."""
+    agents = tiny_engine_agents
+
+    async def go():
+        gateway = Gateway()
+        async with gateway.serving():
+            s = gateway.open(agents, ["solver"])
+            client = AsyncOpenAI(base_url=gateway.url(s), api_key=s.key, max_retries=0)
+            msgs = [{"role": "user", "content": "Calculate 2 + 3."}]
+            plain = await client.chat.completions.create(model="solver", messages=msgs)
+            asked = await client.chat.completions.create(model="solver", messages=msgs, logprobs=True,
+                                                         extra_body={"return_token_ids": True})  # fmt: skip
+            stream = await client.chat.completions.create(model="solver", messages=msgs, stream=True, logprobs=True,
+                                                          extra_body={"return_token_ids": True})  # fmt: skip
+            chunks = [c async for c in stream]
+            await client.close()
+            return s, plain.model_dump(), asked.model_dump(), [c.model_dump() for c in chunks]
+
+    s, plain, asked, chunks = asyncio.run(go())
+    assert "prompt_token_ids" not in plain and "token_ids" not in plain["choices"][0]
+    assert plain["choices"][0]["logprobs"] is None
+    rec = s.calls[1].reply
+    assert asked["prompt_token_ids"] == list(rec.prompt_ids)
+    assert asked["choices"][0]["token_ids"] == list(rec.response_ids)
+    content = asked["choices"][0]["logprobs"]["content"]
+    assert [t["logprob"] for t in content] == list(rec.logprobs)
+    assert "".join(t["token"] for t in content).startswith(asked["choices"][0]["message"]["content"])
+    text = "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks if c["choices"])
+    last = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]][0]
+    streamed = s.calls[2].reply
+    assert text == streamed.text and last["choices"][0]["token_ids"] == list(streamed.response_ids)
+    assert last["prompt_token_ids"] == list(streamed.prompt_ids) == list(rec.prompt_ids)
+    assert [c.id for c in s.calls] == [plain["id"], asked["id"], chunks[0]["id"]]
+
+
+def test_replay_answers_from_the_recording_and_refuses_a_different_request():
+    recording = (Recorded("chatcmpl-old", "echo", (Message("user", "hi"),), Reply("recorded reply", 1, 2, 0.0)),)
+
+    async def go():
+        gateway = Gateway()
+        async with gateway.serving():
+            same = gateway.open(echo_agents(), [], replay=recording)
+            other = gateway.open(echo_agents(), [], replay=recording)
+            out = []
+            for s, text in ((same, "hi"), (other, "hello")):
+                client = AsyncOpenAI(base_url=gateway.url(s), api_key=s.key, max_retries=0)
+                try:
+                    r = await client.chat.completions.create(model="echo", messages=[{"role": "user", "content": text}])
+                    out.append((r.id, r.choices[0].message.content))
+                except Exception as exc:  # noqa: BLE001
+                    out.append((type(exc).__name__, getattr(exc, "status_code", None)))
+                if s is same:  # past the recording, the agent answers
+                    r = await client.chat.completions.create(model="echo",
+                                                             messages=[{"role": "user", "content": "next"}])
+                    out.append((None, r.choices[0].message.content))
+                await client.close()
+            return same, other, out
+
+    same, other, out = asyncio.run(go())
+    assert out == [("chatcmpl-old", "recorded reply"), (None, "heard: next"), ("ConflictError", 409)]
+    assert same.fault is None and other.fault.startswith("nondeterministic: replayed call 0")
+
+
+@pytest.fixture(scope="module")
+def tiny_engine_agents(tmp_path_factory):
+    from pathlib import Path
+
+    from masrl.config import load_config
+    from masrl.engine import build_engine
+    from smoke import tiny_run
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "program-solver-checker" / "config.yaml"
+    cfg = load_config(str(example), [*tiny_run(), f"run.dir={tmp_path_factory.mktemp('r') / 'run'}",
+                                     "system.command=python", "system.trained={solver: solver}"])  # fmt: skip
+    engine = build_engine(cfg)
+    return engine.agents

@@ -1,0 +1,353 @@
+"""The program system: agent programs that know nothing of masrl, trained through the gateway.
+
+Real subprocesses, the real gateway (uvicorn on 127.0.0.1) and the official `openai` client; the
+tiny model answers. Faults become failed runs with their reason in the metrics; replay branching
+detects programs that are not deterministic given their model replies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from masrl.algos.credit import trainable_calls
+from masrl.cli import main
+from masrl.config import ConfigError, load_config
+from masrl.engine import build_engine
+from masrl.rollout.tree import Parallel, PerTurnGreedy, expand, rollout
+from masrl.systems.program.config import ProgramConfig
+from masrl.systems.program.runner import parse_last_line
+from masrl.systems.program.system import ProgramSystem, fault_metrics
+from masrl.tasks import build_task
+from masrl.train import score
+from smoke import tiny_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLVER_CHECKER = ROOT / "examples" / "program-solver-checker"
+LANGGRAPH = ROOT / "examples" / "program-langgraph"
+PROGRAMS = Path(__file__).parent / "programs"
+PY = sys.executable
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def overrides(run_dir, command: str, *extra: str) -> list[str]:
+    return [*tiny_run(eval_size=2), f"run.dir={run_dir}", f"system.command={PY} {command}", *extra]
+
+
+def config(run_dir, command: str, *extra: str, example: Path = SOLVER_CHECKER):
+    return load_config(str(example / "config.yaml"), overrides(run_dir, command, *extra))
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---------------------------------------------------------------- the program's last line
+@pytest.mark.parametrize("stdout, expected", [
+    (b'log line\n{"answer": "4", "reward": 0.5}\n\n', ("4", 0.5, None)),
+    (b'{"answer": 12}', ("12", None, None)),
+    (b"", (None, None, "no_json")),
+    (b"the answer is 4\n", (None, None, "no_json")),
+    (b'{"reward": 1}', (None, None, "no_json")),
+    (b'{"answer": "4", "reward": NaN}', (None, None, "no_json")),
+    (b'{"answer": "4", "reward": true}', (None, None, "no_json")),
+    (b'{"answer": ["4"]}', (None, None, "no_json")),
+])  # fmt: skip
+def test_the_last_line(stdout, expected):
+    answer, reward, fault = parse_last_line(stdout)
+    assert (answer, reward) == expected[:2]
+    assert (fault or "").split(":")[0] == (expected[2] or "")
+
+
+# ---------------------------------------------------------------- both examples train
+def test_the_openai_client_example_trains_two_steps(run_dir):
+    assert main(["train", str(SOLVER_CHECKER / "config.yaml"),
+                 *overrides(run_dir, SOLVER_CHECKER / "solver_checker.py")]) == 0  # fmt: skip
+    steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
+    assert [m["step"] for m in steps] == [1, 2]
+    for m in steps:  # 2 tasks x 4 runs, each a solver call, a checker call and maybe a second solver call
+        assert m["program/runs"] == 8 and m["program/failed"] == 0 and m["failed"] == 0
+        assert 16 <= m["calls"] <= 24
+    record = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
+    agents = [c["agent"] for c in record["calls"]]
+    assert agents.count("solver") >= 4 and agents.count("checker") == 4
+    assert (run_dir / "checkpoints").exists()
+
+
+def test_the_langgraph_example_trains_two_steps(run_dir):
+    pytest.importorskip("langgraph")
+    frozen = 'system.frozen=[{"name": "reviewer", "backend": "hf", "model": "tiny", "max_new_tokens": 6}]'
+    args = overrides(run_dir, LANGGRAPH / "graph.py", frozen, "sampler.group_size=2")
+    assert main(["train", str(LANGGRAPH / "config.yaml"), *args]) == 0
+    steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all(m["program/runs"] == 4 and m["failed"] == 0 for m in steps)
+    record = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
+    calls = record["calls"]
+    assert {c["agent"] for c in calls} >= {"planner", "solver", "reviewer"}
+    assert {c["policy"] for c in calls if c["agent"] == "reviewer"} == {None}  # frozen: recorded, not trained
+    assert {c["policy"] for c in calls if c["agent"] != "reviewer"} == {"planner", "solver"}
+
+
+# ---------------------------------------------------------------- token ids and log-probs
+def test_the_trainer_scores_the_sampled_tokens_with_the_sampling_logprobs(run_dir, tmp_path):
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    cfg = config(run_dir, PROGRAMS / "parity.py", f"system.env={{RECORD_DIR: {seen}}}",
+                 "system.trained={solver: solver}")
+    engine = build_engine(cfg)
+    tasks = engine.task.items("train", 0, 2)
+    episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))
+    received = {r["id"]: r for r in (json.loads(p.read_text()) for p in seen.glob("*.json"))}
+    calls = [c for _, c in trainable_calls(episodes)]
+    assert len(calls) == len(received) == 8
+    scored = score(episodes, cfg)
+    samples = scored.samples["solver"]
+    assert samples  # the parity reward splits each group
+    by_ids = {(tuple(r["prompt_token_ids"]), tuple(r["token_ids"])): r for r in received.values()}
+    for s in samples:  # the ids the trainer scores are the ones the client was sent
+        assert (s.prompt_ids, s.response_ids) in by_ids
+    model = engine.models["solver"]
+    with torch.no_grad():
+        trainer, mask = model.response_logprobs([c.reply.prompt_ids for c in calls],
+                                                [c.reply.response_ids for c in calls], "solver",
+                                                cfg.rollout.temperature)  # fmt: skip
+    for row, c in enumerate(calls):
+        n = len(c.reply.response_ids)
+        assert mask[row, :n].sum() == n
+        sampled = torch.tensor(c.reply.logprobs, dtype=trainer.dtype)
+        client = torch.tensor(received[_id_of(episodes, c, received)]["logprobs"], dtype=trainer.dtype)
+        assert torch.allclose(trainer[row, :n], sampled, atol=1e-4, rtol=0)
+        assert torch.allclose(client, sampled, atol=1e-6, rtol=0)
+
+
+def _id_of(episodes, call, received) -> str:
+    """The completion id the client saw for `call` (matched by its token ids)."""
+    key = (list(call.reply.prompt_ids), list(call.reply.response_ids))
+    return next(i for i, r in received.items() if (r["prompt_token_ids"], r["token_ids"]) == key)
+
+
+def test_a_program_with_its_own_reward_updates_the_policy(run_dir, tmp_path):
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    args = overrides(run_dir, PROGRAMS / "parity.py", f"system.env={{RECORD_DIR: {seen}}}",
+                     "system.trained={solver: solver}", "trainer.lr=1e-2", "eval.before=false")  # fmt: skip
+    assert main(["train", str(SOLVER_CHECKER / "config.yaml"), *args]) == 0
+    steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
+    assert all(m["adv_abs_mean"] > 0 and m["solver/samples"] > 0 for m in steps), steps
+    assert all(0 < m["reward/program"] < 1 for m in steps)
+
+
+# ---------------------------------------------------------------- faults
+def make_system(command: list[str], **kw) -> tuple[ProgramSystem, object]:
+    task = build_task(load_config("single-arithmetic").task)
+    cfg = ProgramConfig(command=command, trained={"solver": "shared", "checker": "shared"}, **kw)  # as tiny_engine
+    return ProgramSystem(cfg, task), task
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tmp_path_factory):
+    cfg = config(tmp_path_factory.mktemp("run") / "run", SOLVER_CHECKER / "solver_checker.py")
+    return build_engine(cfg)
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("crash", "crash"), ("nojson", "no_json"), ("flood", "flood"), ("unknown", "unknown_model"),
+    ("badreward", "no_json"),
+])  # fmt: skip
+def test_a_faulty_program_is_a_failed_run_with_its_reason(mode, reason, tiny_engine):
+    system, task = make_system([PY, str(PROGRAMS / "faulty.py"), mode], max_output_bytes=4096)
+    item = task.items("train", 0, 1)[0]
+    episode = asyncio.run(expand(system, tiny_engine.agents, item, Parallel(2)))
+    failed = [c for c in episode.calls if c.failed]
+    assert len(failed) == 2 and all(c.error.startswith(reason + ":") for c in failed), failed
+    assert episode.failed_ids() == {c.id for c in episode.calls}  # nothing of it is trained on
+    m = fault_metrics([episode])
+    assert m[f"program/failed_{reason}"] == 2 and m["program/failed"] == 2
+    if mode == "unknown":
+        assert "['checker', 'solver']" not in failed[0].error  # the reason names the model asked for
+        assert "'gpt-4o'" in failed[0].error
+    if mode == "crash":
+        assert "boom: the program fell over" in failed[0].error
+
+
+def test_a_hung_program_is_killed_at_its_timeout_with_what_it_started(tmp_path, tiny_engine):
+    pid_file = tmp_path / "pids"
+    system, task = make_system([PY, str(PROGRAMS / "faulty.py"), "hang"], timeout=3.0, env={"PID_FILE": str(pid_file)})
+    item = task.items("train", 0, 1)[0]
+    episode = asyncio.run(expand(system, tiny_engine.agents, item, Parallel(1)))
+    (failed,) = episode.calls
+    assert failed.error.startswith("timeout: still running after 3 s")
+    program, child = map(int, pid_file.read_text().split())
+    for pid in (program, child):  # the whole process group is gone (the child is reaped by init)
+        for _ in range(100):
+            if not _alive(pid):
+                break
+            time.sleep(0.05)
+        assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_step_goes_on_when_some_runs_fail(run_dir):
+    args = overrides(run_dir, f"{PROGRAMS / 'faulty.py'} halfcrash", "system.trained={solver: solver}",
+                     "eval.before=false")
+    assert main(["train", str(SOLVER_CHECKER / "config.yaml"), *args]) == 0
+    steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
+    # tasks train/0..3: per step one task crashes in all 4 runs, one answers
+    assert [(m["program/failed_crash"], m["failed"], m["trajectories"]) for m in steps] == [(4, 4, 8), (4, 4, 8)]
+
+
+def test_a_missing_program_is_a_config_error(run_dir):
+    with pytest.raises(ConfigError, match="neither on PATH nor a file"):
+        build_engine(load_config(str(SOLVER_CHECKER / "config.yaml"),
+                                 [*tiny_run(), f"run.dir={run_dir}", "system.command=./no/such/program"]))  # fmt: skip
+
+
+# ---------------------------------------------------------------- replay branching
+def test_replay_detects_a_program_that_is_not_deterministic(tiny_engine):
+    """per_turn_greedy replays the kept candidate's calls and samples the next one from K runs:
+    a random prompt at call 0 breaks the replay (the gateway answers 409), at call 1 it makes the
+    new candidate ask something other than its sibling; both are failed calls, counted."""
+    for which, at_call in (("first", 0), ("second", 1)):
+        system, task = make_system([PY, str(PROGRAMS / "noisy.py"), which])
+        item = task.items("train", 0, 1)[0]
+        episode = asyncio.run(expand(system, tiny_engine.agents, item, PerTurnGreedy(2)))
+        bad = [c for c in episode.calls if c.failed]
+        assert bad and all(c.error.startswith("nondeterministic:") for c in bad), [c.error for c in episode.calls]
+        assert fault_metrics([episode])["program/failed_nondeterministic"] == len(bad)
+        if at_call == 1:  # the root's two runs are fine; the replayed sibling at call 1 is dropped
+            assert [c.id for c in bad] == ["0.1"]
+            assert trainable_calls([episode])  # the rest of the tree still trains
+        else:
+            assert "replayed call 0" in bad[0].error
+
+
+def test_a_deterministic_program_replays_the_system_s_tree(tiny_engine):
+    """Greedy replies make both deterministic: the program's per-turn tree, grown by replay, is the
+    tree the same team written as a masrl System samples (same ids, prompts, tokens, rewards)."""
+    sys.path.insert(0, str(SOLVER_CHECKER))
+    try:
+        import as_system
+    finally:
+        sys.path.remove(str(SOLVER_CHECKER))
+    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")])
+    team = as_system.SolverChecker(task)
+    for item in task.items("train", 0, 2):
+        ours = asyncio.run(expand(system, tiny_engine.eval_agents, item, PerTurnGreedy(2)))
+        theirs = asyncio.run(expand(team, tiny_engine.eval_agents, item, PerTurnGreedy(2)))
+        assert _shape(ours) == _shape(theirs)
+        assert len(ours.calls) >= 4 and not any(c.failed for c in ours.calls)
+
+
+def _shape(episode):
+    return [(c.id, c.parent, c.agent, c.turn, c.messages, c.reply.prompt_ids, c.reply.response_ids, c.reward, c.done,
+             dict(c.rewards)) for c in episode.calls]  # fmt: skip
+
+
+def test_the_program_and_the_system_give_the_same_samples(tiny_engine):
+    """Sampling at temperature 1 from the same seed, one run at a time: same tokens, same rewards."""
+    sys.path.insert(0, str(SOLVER_CHECKER))
+    try:
+        import as_system
+    finally:
+        sys.path.remove(str(SOLVER_CHECKER))
+    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")])
+    team = as_system.SolverChecker(task)
+    items = task.items("train", 0, 3)
+    out = []
+    for s in (system, team):
+        torch.manual_seed(7)
+        out.append([asyncio.run(expand(s, tiny_engine.agents, item, Parallel(1))) for item in items])
+    assert [_shape(e) for e in out[0]] == [_shape(e) for e in out[1]]
+    assert len({c.reply.response_ids for e in out[0] for c in e.calls}) > 3  # really sampled
+
+
+# ---------------------------------------------------------------- credit options on recorded runs
+def recorded(run: str, agent: str, k: int):
+    from masrl.systems.program.gateway import Recorded
+    from masrl.types import Message, Reply
+
+    reply = Reply("x", 1, 1, 0.0, prompt_ids=(1, k), response_ids=(2,), policy="shared")
+    return Recorded(f"{run}-{k}", agent, (Message("user", f"{agent} {k}"),), reply)
+
+
+def two_runs():
+    """One task (20 - 1 = 19), two runs: A = solver, checker (accepts), answer 19 (right);
+    B = solver, checker (sends back; the program rewards that call 0.5), solver, answer 7 (wrong)."""
+    from masrl.systems.program.runner import Outcome
+    from masrl.systems.program.system import Run
+    from masrl.types import Episode
+
+    system, task = make_system([PY, "-c", "pass"])
+    item = task.items("train", 0, 1)[0]
+    assert item.answer == "19"
+    a = Run((recorded("a", "solver", 0), recorded("a", "checker", 1)), {}, Outcome("19", None, None, 0.0), None)
+    b = Run((recorded("b", "solver", 0), recorded("b", "checker", 1), recorded("b", "solver", 2)), {"b-1": 0.5},
+            Outcome("7", None, None, 0.0), None)  # fmt: skip
+    calls = [*system.node("0", None, 0, a, item, None), *system.node("0.0", "0", 1, a, item, None),
+             *system.node("1", None, 0, b, item, None), *system.node("1.0", "1", 1, b, item, None),
+             *system.node("1.0.0", "1.0", 2, b, item, None)]  # fmt: skip
+    return Episode(item, tuple(calls))
+
+
+CREDIT_OPTIONS = {  # name -> the engine options it is (docs/program.md) and its hand-computed advantages (grpo_mean)
+    # tree_q returns: A 1, 1; B 0.5, 0.5, 0 (the per-call 0.5 flows back); one group of 5, mean 0.6
+    "run": (["algo.credit=tree_q", "algo.grouping=run"],
+            {"0": 0.4, "0.0": 0.4, "1": -0.1, "1.0": -0.1, "1.0.0": -0.6}),
+    # groups (solver, 0): 1 vs 0.5; (checker, 1): 1 vs 0.5; (solver, 2): alone
+    "agent_turn": (["algo.credit=tree_q", "algo.grouping=agent_turn"],
+                   {"0": 0.25, "0.0": 0.25, "1": -0.25, "1.0": -0.25, "1.0.0": 0.0}),
+    # descendant_mean: a call's return is the mean final reward below it plus its own: A 1, 1; B 0, 0.5, 0
+    "mhgpo": (["algo.credit=descendant_mean", "algo.grouping=task", "algo.sample_weight=per_agent",
+               "algo.aggregation=seq_mean"],
+              {"0": 0.5, "0.0": 0.25, "1": -0.5, "1.0": -0.25, "1.0.0": 0.0}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CREDIT_OPTIONS)
+def test_credit_options_on_recorded_runs(name, run_dir):
+    options, expected = CREDIT_OPTIONS[name]
+    episode = two_runs()
+    assert [c.reward for c in episode.calls] == [0.0, 1.0, 0.0, 0.5, 0.0]
+    cfg = config(run_dir, "x.py", "algo.advantage=grpo_mean", "algo.skip_zero_advantage=false", *options)
+    scored = score([episode], cfg)
+    assert {cid: round(a, 9) for (_, cid), a in scored.advantages.items()} == expected
+    weights = [s.weight for s in scored.samples["shared"]]
+    # MHGPO eq. 6: 5 samples, 3 solver and 2 checker ones: w = 5 / (2 agents * 3) and 5 / (2 * 2)
+    assert weights == ([5 / 6, 5 / 4, 5 / 6, 5 / 4, 5 / 6] if name == "mhgpo" else [1.0] * 5)
+
+
+def test_the_documented_program_runs_as_it_stands(tmp_path, tiny_engine):
+    text = (ROOT / "docs" / "program.md").read_text()
+    program = tmp_path / "program.py"
+    program.write_text(text.split("```python\n", 1)[1].split("```", 1)[0])
+    system, task = make_system([PY, str(program)])
+    item = task.items("train", 0, 1)[0]
+    episode = asyncio.run(expand(system, tiny_engine.agents, item, Parallel(2)))
+    assert not any(c.failed for c in episode.calls)
+    assert [c.agent for c in episode.calls if c.parent is None] == ["solver", "solver"]
+    assert sum(c.done for c in episode.calls) == 2 and all("final" in c.rewards for c in episode.calls if c.done)
+
+
+def test_a_run_past_its_call_budget_fails(tiny_engine):
+    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")], max_calls=1)
+    item = task.items("train", 0, 1)[0]
+    episode = asyncio.run(expand(system, tiny_engine.agents, item, Parallel(1)))
+    assert [(c.agent, c.error) for c in episode.calls] == [
+        ("solver", None), ("program", "too_many_calls: more than 1 model calls")]
+    assert episode.failed_ids() == {"0", "0.0"}
