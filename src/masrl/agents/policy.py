@@ -47,6 +47,9 @@ class Generation:
     response_ids: tuple[int, ...]
     text: str
     finish_reason: str  # "stop" | "length"
+    # Remote engines only: per-token log-probs under the sampling weights, and their adapter version.
+    logprobs: tuple[float, ...] | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -335,4 +338,6 @@ def to_reply(prompt: Sequence[int], gen: Generation, price: Price, policy: str |
         prompt_ids=tuple(prompt) if trainable else None,
         response_ids=gen.response_ids if trainable else None,
         policy=policy,
+        logprobs=gen.logprobs if trainable else None,
+        version=gen.version if trainable else None,
     )
