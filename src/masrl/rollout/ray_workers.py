@@ -164,10 +164,13 @@ class RayWorkers:
         return min(fresh, key=lambda i: (self.busy[i], i))
 
     def close(self) -> None:
+        """Stop the workers and leave Ray (a Ray started for the run stops with it)."""
         import ray
 
-        for a in self.actors:
-            ray.kill(a, no_restart=True)
+        if ray.is_initialized():
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            ray.shutdown()
         self.actors = []
 
 
