@@ -79,3 +79,86 @@ def test_two_workers_share_the_batches_and_the_run_trains(tiny_config, tmp_path,
     assert all(r["failed"] == 0 and r["rollout/failures"] == 0 for r in recs)
     assert all(r["red/samples"] > 0 if "red/samples" in r else True for r in recs)
     assert any(k.endswith("/grad_norm") and r[k] > 0 for r in recs for k in r)  # the adapters were updated
+
+
+def _trainer_model():
+    from masrl.agents.policy import LoraSpec, PolicyModel
+    from masrl.models import load_model
+
+    torch.manual_seed(0)
+    model = PolicyModel(load_model("tiny", seed=0), ["red"], LoraSpec(rank=4, alpha=8))
+    with torch.no_grad():  # a fresh adapter has B = 0 (the base policy): make the adapters matter
+        for p in model.parameters("red"):
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def test_a_worker_killed_mid_batch_is_retried_counted_and_restarted_with_the_current_adapters(ray_dir):
+    from masrl.agents.policy import LoraSpec
+    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
+
+    model = _trainer_model()
+    spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=True)
+    pool = RayWorkers(spec, 2, address=None, cpus=1.0, timeout_s=300.0, retries=1)
+    try:
+        pool.publish(7, {"red": model.state_dict("red")})
+        pids = pool.pids()
+        prompts = [[5, 6, 7, i] for i in range(32)]
+        params = SamplingParams(max_new_tokens=512, temperature=1.0)  # seconds of work: the kill lands mid-batch
+
+        async def kill_one_mid_batch():
+            batch = asyncio.ensure_future(pool.generate(prompts, params, "red"))
+            while sum(pool.busy) == 0:  # the batch has been sent to a worker
+                await asyncio.sleep(0.001)
+            victim = pool.busy.index(1)
+            os.kill(pids[victim], signal.SIGKILL)
+            return await asyncio.wait_for(batch, 300), victim
+
+        outs, victim = asyncio.run(kill_one_mid_batch())
+        assert pool.failures == 1  # counted once, then answered by the other worker
+        assert len(outs) == 32 and all(o.version == 7 for o in outs)
+        assert pool.pids()[victim] != pids[victim]  # Ray restarted it
+        # The restarted worker loads version 7 on its first batch: its log-probs are the trainer's.
+        short = SamplingParams(max_new_tokens=8, temperature=1.0)
+        again = ray.get(pool.actors[victim].generate.remote(prompts[:4], short, "red", pool.version, pool._refs))
+        with torch.no_grad():
+            logp, _ = model.response_logprobs(prompts[:4], [g.response_ids for g in again], "red", 1.0)
+        for i, g in enumerate(again):
+            n = len(g.response_ids)
+            assert g.version == 7 and n > 0
+            assert torch.allclose(torch.tensor(g.logprobs), logp[i, :n], atol=1e-5)
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_generating_worker_mid_step_the_step_completes_and_counts_it(tiny_config, tmp_path, ray_dir):
+    import threading
+
+    import psutil
+
+    run_dir = tmp_path / "killed"
+    killed: list[int] = []
+
+    def kill_a_generating_worker():
+        """Once step 1 is logged, SIGKILL a worker process while Ray shows it inside `generate`."""
+        metrics = run_dir / "metrics.jsonl"
+        while not killed:
+            if metrics.exists() and '"kind": "train"' in metrics.read_text():
+                for proc in psutil.process_iter(["pid", "cmdline"]):
+                    if (proc.info["cmdline"] or [""])[0].startswith("ray::RolloutWorker.generate"):
+                        os.kill(proc.info["pid"], signal.SIGKILL)
+                        killed.append(proc.info["pid"])
+                        return
+            threading.Event().wait(0.002)
+
+    killer = threading.Thread(target=kill_a_generating_worker, daemon=True)
+    killer.start()
+    run = train(tiny_config(*PARITY, f"run.dir={run_dir}", "rollout.workers=2", "rollout.max_new_tokens=256",
+                            "trainer.steps=4", "trainer.batch_size=4"))  # fmt: skip
+    killer.join(timeout=1)
+    recs = records(run)
+    assert killed and [r["step"] for r in recs] == [1, 2, 3, 4]  # every step completed
+    assert recs[0]["rollout/failures"] == 0
+    assert sum(r["rollout/failures"] for r in recs[1:]) == 1  # the killed batch, counted once (then retried)
+    assert all(r["failed"] == 0 for r in recs)  # the retry answered it: no trajectory lost

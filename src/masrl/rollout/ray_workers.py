@@ -110,6 +110,7 @@ class RayWorkers:
         self.failures = 0  # batches lost to a dead, restarting or stuck worker (each retried or failed)
         self.version = -1
         self._refs: list = []
+        self._probes: dict[int, object] = {}  # worker -> pid() call sent after it failed: it is back once answered
         # Wait until every worker has loaded its model: a cluster without room for them says so here.
         ready = [a.pid.remote() for a in self.actors]
         done, waiting = ray.wait(ready, num_returns=len(ready), timeout=max(timeout_s, 60.0))
@@ -128,9 +129,22 @@ class RayWorkers:
         self.version = version
 
     def pids(self) -> list[int]:
+        """Each worker's process id, waiting (up to timeout_s) for one that Ray is restarting."""
         import ray
+        from ray.exceptions import ActorUnavailableError
 
-        return ray.get([a.pid.remote() for a in self.actors], timeout=self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        out = []
+        for a in self.actors:
+            while True:
+                try:
+                    out.append(ray.get(a.pid.remote(), timeout=max(deadline - time.monotonic(), 0.1)))
+                    break
+                except ActorUnavailableError:  # restarting: ask again shortly
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        return out
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                        policy: str | None) -> list[Generation]:  # fmt: skip
@@ -156,12 +170,32 @@ class RayWorkers:
             finally:
                 self.busy[i] -= 1
             self.failures += 1
+            self._probes[i] = self.actors[i].pid.remote()  # skip it until Ray has it back
         raise AgentError(f"rollout workers failed this batch {len(tried)} times; last: {last}")
 
     def _pick(self, tried: set[int]) -> int:
-        """The least busy worker not tried yet for this batch (any, once all were)."""
-        fresh = [i for i in range(len(self.actors)) if i not in tried] or list(range(len(self.actors)))
-        return min(fresh, key=lambda i: (self.busy[i], i))
+        """The least busy worker that is up and not tried yet for this batch (any, once none is)."""
+        everyone = range(len(self.actors))
+        fresh = [i for i in everyone if i not in tried and self._up(i)] or [i for i in everyone if i not in tried]
+        return min(fresh or everyone, key=lambda i: (self.busy[i], i))
+
+    def _up(self, i: int) -> bool:
+        """False while a worker that failed has not answered its probe (Ray is restarting it)."""
+        import ray
+
+        probe = self._probes.get(i)
+        if probe is None:
+            return True
+        ready, _ = ray.wait([probe], timeout=0)
+        if not ready:
+            return False
+        try:
+            ray.get(ready[0])
+        except Exception:  # noqa: BLE001 - still restarting (or died again): probe once more
+            self._probes[i] = self.actors[i].pid.remote()
+            return False
+        del self._probes[i]
+        return True
 
     def close(self) -> None:
         """Stop the workers and leave Ray (a Ray started for the run stops with it)."""
