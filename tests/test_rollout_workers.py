@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shutil
 import signal
@@ -162,3 +163,16 @@ def test_sigkill_of_a_generating_worker_mid_step_the_step_completes_and_counts_i
     assert recs[0]["rollout/failures"] == 0
     assert sum(r["rollout/failures"] for r in recs[1:]) == 1  # the killed batch, counted once (then retried)
     assert all(r["failed"] == 0 for r in recs)  # the retry answered it: no trajectory lost
+
+
+@pytest.mark.slow
+def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(tiny_config, tmp_path, ray_dir):
+    run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'async'}", "rollout.workers=1", "rollout.max_staleness=1",
+                            "trainer.steps=4"))  # fmt: skip
+    recs = records(run)
+    assert [r["step"] for r in recs] == [1, 2, 3, 4]
+    assert recs[0]["rollout/staleness_max"] == 0  # step 1 is sampled with the initial adapters
+    # Step s+1 is sampled while step s updates, so with the adapters of version s-1: one behind.
+    assert all(r["rollout/staleness_max"] <= 1 for r in recs) and any(r["rollout/staleness_max"] == 1 for r in recs)
+    weights = [r[k] for r in recs for k in r if k.endswith("/behavior_weight_mean")]
+    assert weights and all(w > 0 and math.isfinite(w) for w in weights)
