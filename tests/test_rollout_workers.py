@@ -176,3 +176,60 @@ def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(
     assert all(r["rollout/staleness_max"] <= 1 for r in recs) and any(r["rollout/staleness_max"] == 1 for r in recs)
     weights = [r[k] for r in recs for k in r if k.endswith("/behavior_weight_mean")]
     assert weights and all(w > 0 and math.isfinite(w) for w in weights)
+
+
+def cluster_cpus(ray_cli: str, address: str, env: dict) -> float:
+    import re
+    import subprocess
+
+    out = subprocess.run([ray_cli, "status", "--address", address], env=env, capture_output=True, text=True).stdout
+    found = re.search(r"/([0-9.]+) CPU", out)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.slow
+def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both(tiny_config, tmp_path, ray_dir, capsys):
+    """`ray start --head` and `ray start --address` (each --block, so stopping them stops their node), one CPU each:
+    rollout.workers=2 with ray.worker_cpus=1 must put one worker on each node."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--block", "--disable-usage-stats"]
+    head = subprocess.Popen([ray_cli, "start", "--head", "--port", str(port), "--temp-dir", ray_dir,
+                             "--include-dashboard", "false", *common], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    nodes = [head]
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while subprocess.run([ray_cli, "status", "--address", address], env=env, capture_output=True).returncode:
+            assert head.poll() is None and time.monotonic() < deadline, "the Ray head did not start"
+            time.sleep(0.5)
+        nodes.append(subprocess.Popen([ray_cli, "start", "--address", address, *common], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))  # fmt: skip
+        while cluster_cpus(ray_cli, address, env) < 2:  # each node brings one CPU
+            assert nodes[1].poll() is None and time.monotonic() < deadline, "the second Ray node did not join"
+            time.sleep(0.5)
+        run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'cluster'}", "trainer.steps=1", "rollout.workers=2",
+                                f"ray.address={address}", "ray.worker_cpus=1"))  # fmt: skip
+        assert "2 rollout workers on 2 Ray node(s)" in capsys.readouterr().out
+        rec = records(run)[0]
+        assert rec["step"] == 1 and rec["failed"] == 0 and rec["rollout/failures"] == 0
+    finally:
+        for proc in reversed(nodes):
+            proc.terminate()
+        for proc in reversed(nodes):
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -75,6 +75,11 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None, version: int, refs: list
     ) -> list[Generation]:
@@ -120,6 +125,8 @@ class RayWorkers:
             raise RuntimeError(f"{len(waiting)} of {workers} rollout workers did not start within "
                                f"{max(timeout_s, 60.0):.0f} s; the cluster has {ray.cluster_resources().get('CPU', 0)} "
                                f"CPUs for {workers} x ray.worker_cpus={cpus}")  # fmt: skip
+        self.nodes = ray.get([a.node.remote() for a in self.actors])
+        print(f"masrl: {workers} rollout workers on {len(set(self.nodes))} Ray node(s)", flush=True)
 
     def publish(self, version: int, states: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
         """Make `states` (policy -> adapter tensors) the adapters every later batch is generated with."""
