@@ -94,6 +94,10 @@ class RolloutConfig(Section):
         "0 generates in the trainer's process"
     )
     worker_threads: int = Field(1, ge=1, description="torch CPU threads of each rollout worker")
+    env_threads: int = Field(
+        0, ge=0, description="run environment steps (a system's advance: sandboxed code, tools, retrieval) on this "
+        "many threads, off the event loop; 0 runs them on the loop (bit-for-bit reproducible seeded runs)"
+    )
     servers: list[str] = Field(default_factory=list, description="engine=openai: base URLs, e.g. http://h:8000/v1")
     server_key_env: str | None = Field(None, description="engine=openai: environment variable holding the API key")
     adapter_dir: str | None = Field(

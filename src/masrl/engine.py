@@ -35,7 +35,7 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, Planner, System
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System
 from masrl.systems import resolve_system
 from masrl.tasks import build_task
 from masrl.tasks.base import Task
@@ -57,6 +57,7 @@ class Engine:
     # Remote generation (rollout.workers Ray actors or rollout.engine openai servers): each engine
     # with the base whose adapters it must receive after every update (`publish`).
     remotes: list[tuple[Any, PolicyModel]] = field(default_factory=list)
+    env: EnvSteps | None = None  # environment steps on threads (rollout.env_threads), None: on the event loop
 
     def publish(self, version: int) -> None:
         """Send the current adapters, as `version`, to every remote engine (before it generates again)."""
@@ -66,6 +67,8 @@ class Engine:
     def close(self) -> None:
         for remote, _ in self.remotes:
             remote.close()
+        if self.env is not None:
+            self.env.close()
 
     @property
     def bases(self) -> list[PolicyModel]:
@@ -195,7 +198,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     rule = BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
     # Generation services last: remote workers start from the trainer's sampling generator as it is
     # now, after every initialisation above has drawn from it (masrl.rollout.ray_workers).
-    services, remotes = build_services(config, models, names, model is not None)
+    env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
+    services, remotes = build_services(config, models, names, model is not None, env)
     return Engine(
         config, models, task, built.system, rule,
         agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
@@ -204,11 +208,13 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         frozen=built.frozen,
         critic=critic,
         remotes=remotes,
+        env=env,
     )  # fmt: skip
 
 
 def build_services(
-    config: Config, models: Mapping[str, PolicyModel], names: Mapping[str, str], given_model: bool
+    config: Config, models: Mapping[str, PolicyModel], names: Mapping[str, str], given_model: bool,
+    env: EnvSteps | None = None,
 ) -> tuple[dict[str, GenerationService], list[tuple[Any, PolicyModel]]]:
     """One generation service per base: in process (`rollout.workers: 0`), Ray workers, or inference servers."""
     r = config.rollout
@@ -232,10 +238,10 @@ def build_services(
             remote = RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
                                 timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip
         else:
-            services.update(dict.fromkeys(adapters, GenerationService(base.generate, max_batch=r.max_batch)))
+            services.update(dict.fromkeys(adapters, GenerationService(base.generate, max_batch=r.max_batch, env=env)))
             continue
         remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0
         remotes.append((remote, base))
-        service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots)
+        service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots, env=env)
         services.update(dict.fromkeys(adapters, service))
     return services, remotes

@@ -409,7 +409,7 @@ def sample_step(engine: Engine, step: int) -> list[Episode]:
     """Phase 1: the episodes of training step `step` (its tasks come from the data position)."""
     n = engine.config.trainer.batch_size
     tasks = engine.task.items("train", (step - 1) * n, n)
-    return asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))
+    return asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, engine.env))
 
 
 class RolloutAhead:

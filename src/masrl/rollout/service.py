@@ -53,8 +53,10 @@ class ServiceStats:
 
 
 class GenerationService:
-    def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, slots: int = 1):
+    def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, slots: int = 1,
+                 env=None):  # fmt: skip
         self._generate = generate
+        self._env = env  # masrl.rollout.tree.EnvSteps: environment steps running off the loop, waited for
         self._remote = inspect.iscoroutinefunction(generate)
         self.max_batch = max_batch
         self.slots = slots  # batches in flight at once (a remote engine's workers)
@@ -78,17 +80,22 @@ class GenerationService:
         if self.slots > 1:
             return await self._drain_parallel()
         while self._pending:
-            for _ in range(self._settle_rounds):
-                await asyncio.sleep(0)
+            await self._settle()
             await self._run(self._take_batch(self.max_batch))
+
+    async def _settle(self) -> None:
+        """Let every episode that can ask for generation ask before a batch is cut."""
+        while self._env is not None and self._env.running:  # steps on threads: their episodes ask next
+            await asyncio.sleep(0.001)
+        for _ in range(self._settle_rounds):
+            await asyncio.sleep(0)
 
     async def _drain_parallel(self) -> None:
         """Up to `slots` batches in flight; a slot that frees up takes the next requests."""
         running: set[asyncio.Task] = set()
         while self._pending or running:
             if self._pending and len(running) < self.slots:
-                for _ in range(self._settle_rounds):
-                    await asyncio.sleep(0)
+                await self._settle()
                 free = self.slots - len(running)
                 group = self._take_batch(self.max_batch * free)
                 size = math.ceil(len(group) / free)  # an even share for each free slot

@@ -23,6 +23,11 @@ the same).
 
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
+
+Environment steps that block (a sandboxed program, a tool, a retrieval: a
+system's `advance`) run on the event loop by default, which keeps every seeded
+run reproducible; with `rollout.env_threads: N` they run on N threads
+(`EnvSteps`) so the loop keeps serving the other episodes meanwhile.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -183,8 +189,32 @@ BRANCH_RULES = {
 }
 
 
+class EnvSteps:
+    """`System.advance` calls on a thread pool, off the event loop (`rollout.env_threads`).
+
+    It counts the steps in flight: the generation service waits until none is
+    running before it cuts a batch (`GenerationService(env=...)`), so the episodes
+    whose steps finish together still share a batch, as when steps ran inline.
+    Requests may then reach the batch in another order (threads finish in any
+    order), so samples are not bit-for-bit those of the inline run."""
+
+    def __init__(self, threads: int):
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="masrl-env")
+        self.running = 0  # touched only on the event loop's thread
+
+    async def advance(self, system: System, state: Any, step: Step, reply: Reply) -> Transition:
+        self.running += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, system.advance, state, step, reply)
+        finally:
+            self.running -= 1
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
 async def expand(
-    system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner
+    system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner, env: EnvSteps | None = None
 ) -> Episode:
     calls: list[Call] = []  # appended parents first
 
@@ -199,7 +229,7 @@ async def expand(
             if reply is None:
                 children.append((Call(**base, reply=None, done=True, error=error), None))
                 continue
-            tr = system.advance(state, step, reply)
+            tr = await env.advance(system, state, step, reply) if env else system.advance(state, step, reply)
             call = Call(**base, reply=reply, action=tr.action, rewards=dict(tr.rewards), reward=tr.reward, done=tr.done)
             children.append((call, tr))
         calls.extend(c for c, _ in children)
@@ -224,7 +254,8 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...]) -> tuple[Reply | 
 
 
 async def rollout(
-    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner
+    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
+    env: EnvSteps | None = None,
 ) -> list[Episode]:
     """Expand every task's tree concurrently, so generation batches across tasks."""
-    return list(await asyncio.gather(*(expand(system, agents, t, rule) for t in tasks)))
+    return list(await asyncio.gather(*(expand(system, agents, t, rule, env) for t in tasks)))
