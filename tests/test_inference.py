@@ -208,3 +208,15 @@ def test_training_against_two_inference_servers_balances_and_syncs_adapters(tiny
             for i, c in enumerate(choices):
                 got = torch.tensor(c["logprobs"]["token_logprobs"])
                 assert torch.allclose(got, trainer[i, : len(c["token_ids"])], atol=1e-4)
+        # `masrl eval` of the run: its engine publishes the checkpoint as version 2 again (the servers
+        # already hold that name: unloaded and reloaded) and evaluates through the servers.
+        from masrl.evaluate import evaluate_system
+        from masrl.train import load_trained
+
+        engine = load_trained(run)
+        try:
+            assert engine.remotes[0][0].loaded == [2, 2] and engine.remotes[0][0].failures == 0
+            result = evaluate_system(engine, engine.task.items("eval", 0, 2), full=False)
+            assert result.metrics["failed"] == 0 and result.metrics["items"] == 2
+        finally:
+            engine.close()

@@ -21,12 +21,11 @@ import signal
 import tempfile
 
 import pytest
+import ray  # the `scale` extra, installed by scripts/setup.sh
 import torch
 
-ray = pytest.importorskip("ray")
-
-from masrl.agents.policy import SamplingParams  # noqa: E402
-from masrl.train import train  # noqa: E402
+from masrl.agents.policy import SamplingParams
+from masrl.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -282,6 +283,8 @@ class Config(Section):
             raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
         if r.engine == "openai" and self.model.lora_rank == 0:
             raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
+        if r.workers and importlib.util.find_spec("ray") is None:
+            raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
         if r.max_staleness and r.engine == "local" and not r.workers:
             raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
                              "rollout.workers > 0 or rollout.engine 'openai'")

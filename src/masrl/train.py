@@ -555,6 +555,7 @@ def load_trained(run_dir: Path, model=None) -> Engine:
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
     _restore(engine, ckpt, weights_only=True)
+    engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
     return engine
 
 

@@ -67,8 +67,7 @@ class InferenceServers:
             for i, url in enumerate(self.urls):
                 try:
                     for policy in states:
-                        self._post(client, f"{url}/load_lora_adapter",
-                                   {"lora_name": lora_name(policy, version), "lora_path": str(self._dir(policy, version))})  # fmt: skip
+                        self._load(client, url, lora_name(policy, version), self._dir(policy, version))
                     self.loaded[i] = version
                 except (httpx.HTTPError, AgentError) as exc:  # that server sits out until a later version loads
                     self.failures += 1
@@ -102,6 +101,17 @@ class InferenceServers:
         self.base.model.peft_config[policy].save_pretrained(str(tmp))  # adapter_config.json, as PEFT writes it
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
+
+    def _load(self, client: httpx.Client, url: str, name: str, path: Path) -> None:
+        """Load `name` from `path`; a name the server already holds (an earlier run's, or this run's before a
+        resume) is unloaded and loaded again, since its weights may differ."""
+        body = {"lora_name": name, "lora_path": str(path)}
+        res = client.post(f"{url}/load_lora_adapter", json=body)
+        if res.status_code == 400 and "already" in res.text:
+            self._post(client, f"{url}/unload_lora_adapter", {"lora_name": name})
+            res = client.post(f"{url}/load_lora_adapter", json=body)
+        if res.status_code != 200:
+            raise AgentError(f"{url}/load_lora_adapter: HTTP {res.status_code}: {res.text[:300]}")
 
     def _post(self, client: httpx.Client, url: str, body: dict) -> None:
         res = client.post(url, json=body)
