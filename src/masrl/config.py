@@ -281,6 +281,8 @@ class Config(Section):
                              "the servers in rollout.servers generate: set rollout.workers=0")
         if r.engine == "openai" and not r.servers:
             raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
+        if r.engine == "openai" and self.model.bases:
+            raise ValueError("rollout.engine 'openai' serves one base model (model.name): model.bases is not supported")
         if r.engine == "openai" and self.model.lora_rank == 0:
             raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
         if r.workers and importlib.util.find_spec("ray") is None:

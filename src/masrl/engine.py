@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from masrl import distributed
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
 from masrl.config import Config, ConfigError
@@ -220,24 +221,11 @@ def build_services(
     r = config.rollout
     services: dict[str, GenerationService] = {}
     remotes: list[tuple[Any, PolicyModel]] = []
+    # Only rank 0 samples (masrl.distributed): the other ranks of a data-parallel run start no workers.
     for base in {id(m): m for m in models.values()}.values():
         adapters = [p for p, m in models.items() if m is base]
-        if r.engine == "openai":
-            from masrl.rollout.openai_engine import InferenceServers
-
-            remote = InferenceServers(config, names[adapters[0]], base)
-        elif r.workers:
-            from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
-
-            if given_model:
-                raise ConfigError("rollout.workers load the model themselves: name it in model.name "
-                                  "(a model object cannot be sent to them)")  # fmt: skip
-            spec = WorkerSpec(names[adapters[0]], base.policies, base.lora, config.run.seed,
-                              str(base.placement.weights).removeprefix("torch."), r.worker_threads,
-                              logprobs=r.max_staleness > 0)  # fmt: skip
-            remote = RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
-                                timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip
-        else:
+        remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
+        if remote is None:
             services.update(dict.fromkeys(adapters, GenerationService(base.generate, max_batch=r.max_batch, env=env)))
             continue
         remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0
@@ -245,3 +233,24 @@ def build_services(
         service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots, env=env)
         services.update(dict.fromkeys(adapters, service))
     return services, remotes
+
+
+def start_remote(config: Config, base: PolicyModel, model_name: str, given_model: bool) -> Any:
+    """The remote engine that generates for `base`'s adapters: inference servers, Ray workers, or None (in process)."""
+    r = config.rollout
+    if r.engine == "openai":
+        from masrl.rollout.openai_engine import InferenceServers
+
+        return InferenceServers(config, model_name, base)
+    if not r.workers:
+        return None
+    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
+
+    if given_model:
+        raise ConfigError("rollout.workers load the model themselves: name it in model.name "
+                          "(a model object cannot be sent to them)")  # fmt: skip
+    spec = WorkerSpec(model_name, base.policies, base.lora, config.run.seed,
+                      str(base.placement.weights).removeprefix("torch."), r.worker_threads,
+                      logprobs=r.max_staleness > 0)  # fmt: skip
+    return RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
+                      timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip
