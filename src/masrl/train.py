@@ -432,7 +432,7 @@ class RolloutAhead:
         return self.futures.pop(step).result()
 
     def settle(self) -> None:
-        """Wait until no rollout is running (the ones queued stay queued until then)."""
+        """Wait until every rollout queued so far has finished (nothing generates afterwards)."""
         for f in list(self.futures.values()):
             f.result()
 
