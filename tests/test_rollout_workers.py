@@ -7,7 +7,8 @@
   failure is counted, and the restarted worker catches up with the current adapters on its next batch;
 - asynchronous k=1 records each sample's adapter version and behaviour log-probs, and its staleness.
 
-Each test gets its own Ray instance in its own temp dir and shuts it down.
+Each test gets its own Ray instance in its own temp dir and shuts it down. The default run holds the first
+and the pool-level kill test (about 40 s together); the rest are marked slow.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_co
     assert not ray.is_initialized()  # the run shut its workers and Ray down
 
 
+@pytest.mark.slow
 def test_two_workers_share_the_batches_and_the_run_trains(tiny_config, tmp_path, ray_dir):
     run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray2'}", "rollout.workers=2", "trainer.steps=2"))
     recs = records(run)

@@ -15,7 +15,8 @@ on its first batch, and no broadcast can be missed.
 
 Failures: a worker that dies (SIGKILL, out of memory) is restarted by Ray
 (`max_restarts=-1`); the batch it held is sent to another worker
-(`rollout.retries`), and `failures` counts it. A batch that takes longer than
+(`rollout.retries`; with one worker, to the same one once Ray has it back),
+and `failures` counts it. A batch that takes longer than
 `rollout.timeout_s` is abandoned the same way and the stuck worker is killed
 so Ray restarts it; when every retry fails the batch's calls fail
 (`AgentError`), their trajectories are left out of the update and counted, and
@@ -125,7 +126,13 @@ class RayWorkers:
             raise RuntimeError(f"{len(waiting)} of {workers} rollout workers did not start within "
                                f"{max(timeout_s, 60.0):.0f} s; the cluster has {ray.cluster_resources().get('CPU', 0)} "
                                f"CPUs for {workers} x ray.worker_cpus={cpus}")  # fmt: skip
-        self.nodes = ray.get([a.node.remote() for a in self.actors])
+        try:
+            self.nodes = ray.get([a.node.remote() for a in self.actors])
+        except Exception as exc:  # a worker's __init__ failed (model not found, out of memory, ...)
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            first = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
+            raise RuntimeError(f"rollout workers failed to start: {first}") from None
         print(f"masrl: {workers} rollout workers on {len(set(self.nodes))} Ray node(s)", flush=True)
 
     def publish(self, version: int, states: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
@@ -162,9 +169,13 @@ class RayWorkers:
             raise RuntimeError("no adapters published to the rollout workers yet")
         tried: set[int] = set()
         last = ""
+        deadline = time.monotonic() + self.timeout_s
         for _ in range(self.retries + 1):
             i = self._pick(tried)
             tried.add(i)
+            if not await self._back(i, deadline):  # every worker failed: wait (bounded) for this one's restart
+                last = f"worker {i}: not back from its restart in {self.timeout_s:.0f} s"
+                break
             self.busy[i] += 1
             ref = self.actors[i].generate.remote(list(map(list, prompts)), params, policy, self.version, self._refs)
             try:
@@ -185,6 +196,14 @@ class RayWorkers:
         everyone = range(len(self.actors))
         fresh = [i for i in everyone if i not in tried and self._up(i)] or [i for i in everyone if i not in tried]
         return min(fresh or everyone, key=lambda i: (self.busy[i], i))
+
+    async def _back(self, i: int, deadline: float) -> bool:
+        """Whether worker i is up, waiting until `deadline` while Ray restarts it."""
+        while not self._up(i):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return True
 
     def _up(self, i: int) -> bool:
         """False while a worker that failed has not answered its probe (Ray is restarting it)."""
