@@ -9,7 +9,8 @@ Two ratios, each measured within one run (the machine is shared: see bench/READM
    `--new-tokens` new tokens each, temperature 1) through the engine's
    `GenerationService`, (a) in process with torch on 2 threads, one batched
    `generate`; (b) 2 Ray rollout workers x 1 thread each, the batch cut in two
-   (masrl.rollout.ray_workers). Response tokens / second, medians of `--reps`
+   (masrl.rollout.ray_workers); (c) for context, in process on 1 thread (on a
+   busy 2-core machine 2 torch threads can be many times slower than 1). Response tokens / second, medians of `--reps`
    interleaved repetitions after a warm-up.
 2. Step time: `masrl train single-arithmetic` with `rollout.workers=1`, synchronous
    (`rollout.max_staleness=0`) against asynchronous k=1 (the next step is
@@ -61,10 +62,14 @@ def throughput(args) -> dict:
     workers = RayWorkers(spec, 2, address=None, cpus=1.0, timeout_s=600.0, retries=0)
     workers.publish(0, {"policy": local.state_dict("policy")})
     services = {"in_process_2_threads": GenerationService(local.generate, max_batch=64),
-                "ray_2_workers_x_1_thread": GenerationService(workers.generate, max_batch=64, slots=2)}  # fmt: skip
+                "ray_2_workers_x_1_thread": GenerationService(workers.generate, max_batch=64, slots=2),
+                "in_process_1_thread": GenerationService(local.generate, max_batch=64)}  # fmt: skip
+    threads = {"in_process_2_threads": 2, "in_process_1_thread": 1, "ray_2_workers_x_1_thread": 2}
     tokens: dict[str, list[int]] = {name: [] for name in services}
 
     def run(name):
+        torch.set_num_threads(threads[name])  # the trainer process's threads (idle while the workers generate)
+
         async def go():
             return await asyncio.gather(*(services[name].generate(p, params, "policy") for p in batch))
 
@@ -78,8 +83,9 @@ def throughput(args) -> dict:
     for name in services:
         rates = [t / s for t, s in zip(tokens[name][1:], times[name])]  # tokens[0] is the warm-up's
         out[name] = {"tokens_per_s": median(rates), "batches_per_call": services[name].stats.batches / (args.reps + 1)}
-    out["ratio_workers_over_in_process"] = out["ray_2_workers_x_1_thread"]["tokens_per_s"] / out[
-        "in_process_2_threads"]["tokens_per_s"]
+    ray_rate = out["ray_2_workers_x_1_thread"]["tokens_per_s"]
+    out["ratio_workers_over_in_process"] = ray_rate / out["in_process_2_threads"]["tokens_per_s"]
+    out["ratio_workers_over_in_process_1_thread"] = ray_rate / out["in_process_1_thread"]["tokens_per_s"]
     return out
 
 
@@ -131,7 +137,8 @@ def main() -> None:
     t = result["throughput"]
     print(f"rollout tokens/s: in process 2 threads {t['in_process_2_threads']['tokens_per_s']:.1f}, "
           f"2 Ray workers x 1 thread {t['ray_2_workers_x_1_thread']['tokens_per_s']:.1f} "
-          f"(ratio {t['ratio_workers_over_in_process']:.2f})")
+          f"(ratio {t['ratio_workers_over_in_process']:.2f}); in process 1 thread "
+          f"{t['in_process_1_thread']['tokens_per_s']:.1f} (workers / that {t['ratio_workers_over_in_process_1_thread']:.2f})")
     if "steps" in result:
         s = result["steps"]
         print(f"step time: sync {s['sync_step_s']:.2f} s, async k=1 {s['async_k1_step_s']:.2f} s "
