@@ -234,3 +234,30 @@ def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both
                 proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+@pytest.mark.slow
+def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_dir):
+    from masrl.agents.policy import LoraSpec
+    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
+
+    model = _trainer_model()
+    spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=False)
+    pool = RayWorkers(spec, 1, address=None, cpus=1.0, timeout_s=300.0, retries=1)
+    try:
+        pool.publish(2, {"red": model.state_dict("red")})
+        [pid] = pool.pids()
+        params = SamplingParams(max_new_tokens=512, temperature=1.0)
+
+        async def kill_mid_batch():
+            batch = asyncio.ensure_future(pool.generate([[5, 6, 7, i] for i in range(32)], params, "red"))
+            while not pool.busy[0]:
+                await asyncio.sleep(0.001)
+            os.kill(pid, signal.SIGKILL)
+            return await asyncio.wait_for(batch, 300)
+
+        outs = asyncio.run(kill_mid_batch())
+        assert pool.failures == 1 and len(outs) == 32 and all(o.version == 2 for o in outs)
+        assert pool.pids()[0] != pid
+    finally:
+        pool.close()
