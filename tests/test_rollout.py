@@ -7,6 +7,7 @@ expected batch, call id and Q value is written out by hand.
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from masrl.agents.policy import Generation, SamplingParams
 from masrl.algos.credit import tree_q, trainable_calls
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import Parallel, Step, Transition, expand, rollout
+from masrl.rollout.tree import EnvSteps, Parallel, Step, Transition, expand, rollout
 from masrl.types import AgentError, Call, Episode, Message, Reply, TaskItem
 
 GREEDY = SamplingParams(max_new_tokens=4, temperature=0.0)
@@ -226,6 +227,62 @@ def test_an_episode_lists_its_calls_in_tree_order_whatever_order_they_finished_i
     # each call ran knowing its place: rollout key, task slot, call id
     assert seen["s:1/1/1.0"] == "qb | x" and seen["s:1/0/0.0.0"] == "qa | x | x"
     assert len(seen) == 12
+
+
+class BlockingSystem(TwoTurnSystem):
+    """A system whose step blocks its thread (as a sandboxed program does) until the event loop, which must keep
+    running meanwhile, sets `loop_alive`; `alive` records for each step whether that happened."""
+
+    def __init__(self, wait: float):
+        super().__init__()
+        self.wait = wait
+        self.loop_alive = threading.Event()
+        self.alive: list[bool] = []
+
+    def advance(self, state, step, reply):
+        self.alive.append(self.loop_alive.wait(timeout=self.wait))
+        return super().advance(state, step, reply)
+
+
+def test_env_steps_on_threads_leave_the_loop_free_and_the_batches_full():
+    def run(env, wait):
+        fake = FakeGenerate()
+        service = GenerationService(fake, env=env)
+        system = BlockingSystem(wait)
+
+        class ServiceAgent:
+            name = "solver"
+
+            async def __call__(self, messages):
+                gen = await service.generate([len(messages[-1].content)], SAMPLE, "p")
+                return Reply(text=gen.text, tokens_in=1, tokens_out=1, cost=0.0)
+
+        async def main():
+            async def heartbeat():  # runs only if the loop is free while a step blocks
+                while True:
+                    await asyncio.sleep(0.001)
+                    if env is None or env.running:
+                        system.loop_alive.set()
+
+            beat = asyncio.get_running_loop().create_task(heartbeat())
+            tasks = [TaskItem(id=f"t{i}", question="q" * (i + 1), answer="a") for i in range(3)]
+            out = await rollout(system, {"solver": ServiceAgent()}, tasks, Parallel(2), env=env)
+            beat.cancel()
+            return out
+
+        episodes = asyncio.run(main())
+        return system.alive, [len(b[0]) for b in fake.batches], episodes
+
+    inline_alive, inline_batches, inline_eps = run(None, wait=0.05)
+    env = EnvSteps(threads=4)
+    try:
+        threaded_alive, threaded_batches, threaded_eps = run(env, wait=30.0)
+    finally:
+        env.close()
+    assert inline_alive[0] is False  # on the loop, the first step blocked it: the heartbeat never ran
+    assert len(threaded_alive) == 12 and all(threaded_alive)  # on threads, the loop ran during every step
+    assert inline_batches == threaded_batches == [6, 6]  # and each turn's calls still share one batch
+    assert [len(ep.calls) for ep in threaded_eps] == [len(ep.calls) for ep in inline_eps] == [4, 4, 4]
 
 
 # ---------------------------------------------------------------- tree credit

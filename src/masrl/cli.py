@@ -50,8 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write RUN_DIR/report.html (`masrl view`'s page as one file) and print the curve")
     r.add_argument("run_dir", help="a run directory")
 
-    s = sub.add_parser("serve", help="serve a run's trained system over an OpenAI-compatible HTTP API")
-    s.add_argument("run_dir", help="a run directory")
+    s = sub.add_parser("serve", help="serve a run's trained system over an OpenAI-compatible HTTP API "
+                       "(or, with --inference MODEL, a model that loads LoRA adapters at runtime)")  # fmt: skip
+    s.add_argument("run_dir", nargs="?", help="a run directory (not with --inference)")
+    s.add_argument("--inference", metavar="MODEL",
+                   help="serve MODEL (as model.name: tiny, smollm2, a directory) for rollouts: /v1/completions with "
+                   "token ids and log-probs, /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's protocol)")
+    s.add_argument("--adapter-root", help="--inference: adapters are loaded only from under this directory")
+    s.add_argument("--max-adapters", type=int, default=16, help="--inference: adapters held at once")
+    s.add_argument("--threads", type=int, default=0, help="--inference: torch CPU threads (0: torch's default)")
+    s.add_argument("--seed", type=int, default=0, help="--inference: seed of the model (tiny) and of sampling")
     s.add_argument("--policy", help="serve this trained agent alone as a chat model instead of the system")
     s.add_argument("--name", help="the model name clients send (default: the run directory's name)")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
@@ -256,6 +264,11 @@ def _serve(args) -> int:
         raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")
     if args.api_key is not None and not args.api_key.strip():
         raise ConfigError("--api-key (or MASRL_API_KEY) is empty")
+    settings = ServerSettings(args.host, args.port, args.api_key, args.max_body_bytes, args.max_concurrency)
+    if args.inference:
+        return _serve_inference(args, settings)
+    if args.run_dir is None:
+        raise ConfigError("masrl serve needs a run directory (or --inference MODEL)")
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.yaml").exists():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
@@ -266,11 +279,39 @@ def _serve(args) -> int:
         return 1
     name = args.name or run_dir.resolve().name
     backend = backend_for(engine, name, args.policy)
-    settings = ServerSettings(args.host, args.port, args.api_key, args.max_body_bytes, args.max_concurrency)
     what = f"policy {args.policy}" if args.policy else f"system {engine.config.system.kind}"
     print(f"masrl: serving {what} of {run_dir} as model {backend.models()[0].id!r} on http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), file=sys.stderr)  # fmt: skip
     run(create_app(backend, settings, title=f"masrl: {name}"), settings)
+    return 0
+
+
+def _serve_inference(args, settings) -> int:
+    import torch
+
+    from masrl.http import run
+    from masrl.inference import inference_app
+    from masrl.models import check_model_name, load_model
+
+    if args.run_dir is not None or args.policy:
+        raise ConfigError("--inference serves a base model, not a run: leave out the run directory and --policy")
+    if args.max_adapters < 1:
+        raise ConfigError("--max-adapters must be at least 1")
+    problem = check_model_name(args.inference)
+    if problem:
+        raise ConfigError(problem)
+    root = Path(args.adapter_root) if args.adapter_root else None
+    if root is not None and not root.is_dir():
+        raise ConfigError(f"--adapter-root {root} is not a directory")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    app = inference_app(load_model(args.inference, seed=args.seed), args.name or args.inference, root, settings,
+                        args.max_adapters)  # fmt: skip
+    print(f"masrl: serving {args.inference} for rollouts on http://{args.host}:{args.port}/v1"
+          + (f", adapters from {root}" if root else ", no adapter root (adapters refused)")
+          + (" (API key required)" if args.api_key else ""), file=sys.stderr, flush=True)  # fmt: skip
+    run(app, settings)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -90,6 +91,32 @@ class RolloutConfig(Section):
         "slot, call id), not on the order remote agents answer in: calls in tree order, draws keyed by place "
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
+    engine: Literal["local", "openai"] = Field(
+        "local", description="local: the trainer's own model (in process, or rollout.workers Ray actors); openai: "
+        "the OpenAI-compatible inference servers in rollout.servers (`masrl serve --inference`, vLLM, SGLang), "
+        "which load the trained LoRA adapters at runtime (docs/scale.md)"
+    )
+    workers: int = Field(
+        0, ge=0, description="Ray actors that generate (each holds the base model and the current adapters); "
+        "0 generates in the trainer's process"
+    )
+    worker_threads: int = Field(1, ge=1, description="torch CPU threads of each rollout worker")
+    env_threads: int = Field(
+        0, ge=0, description="run environment steps (a system's advance: sandboxed code, tools, retrieval) on this "
+        "many threads, off the event loop; 0 runs them on the loop (bit-for-bit reproducible seeded runs)"
+    )
+    servers: list[str] = Field(default_factory=list, description="engine=openai: base URLs, e.g. http://h:8000/v1")
+    server_key_env: str | None = Field(None, description="engine=openai: environment variable holding the API key")
+    adapter_dir: str | None = Field(
+        None, description="engine=openai: where published adapters are written for the servers to read (a path "
+        "every server sees); default <run.dir>/adapters"
+    )
+    max_staleness: int = Field(
+        0, ge=0, description="asynchronous rollouts: generate up to k steps ahead of the trainer, correcting stale "
+        "samples with the decoupled PPO objective (algo.behavior_cap); 0 is the synchronous loop"
+    )
+    timeout_s: float = Field(600.0, gt=0, description="workers/servers: longest one generate batch may take")
+    retries: int = Field(1, ge=0, description="workers/servers: how often a failed batch is sent to another one")
 
 
 class RewardConfig(Section):
@@ -122,10 +149,22 @@ class AlgoConfig(Section):
     lam: float = Field(1.0, ge=0.0, le=1.0, description="gae: GAE lambda (1 = Monte-Carlo return minus V)")
     epochs: int = Field(1, ge=1, description="update epochs over each batch (1 = on-policy)")
     skip_zero_advantage: bool = Field(True, description="leave samples with advantage 0 out of the update")
+    behavior_cap: float | None = Field(
+        None, gt=0.0, description="rollout.max_staleness > 0: truncate the decoupled objective's pi_prox/pi_behav "
+        "weight at this value (truncated importance sampling); None: the untruncated weight (AReaL eq. 5)"
+    )
     sample_weight: Literal["none", "inverse_leaves", "per_agent"] = Field(
         "none", description="inverse_leaves: scale each tree's samples by 1/(its leaves), appendix E.2 of the "
         "critique-and-routing paper; per_agent: with seq_mean, MHGPO eq. 6 (mean over agents of each agent's mean)"
     )
+
+
+class RayConfig(Section):
+    address: str | None = Field(
+        None, description="an existing Ray cluster to attach to ('auto', or HEAD:6379); None starts one on this "
+        "machine for the run (rollout.workers > 0)"
+    )
+    worker_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves for each rollout worker")
 
 
 class CriticConfig(Section):
@@ -218,6 +257,7 @@ class Config(Section):
     reward: RewardConfig = RewardConfig()
     algo: AlgoConfig = AlgoConfig()
     critic: CriticConfig = CriticConfig()
+    ray: RayConfig = RayConfig()
     trainer: TrainerConfig = TrainerConfig()
     eval: EvalConfig = EvalConfig()
     sandbox: SandboxConfig = SandboxConfig()
@@ -242,6 +282,21 @@ class Config(Section):
                              f"its rules: {', '.join(spec.rules)}")  # fmt: skip
         if any(p < 0 for p in self.sampler.fork_probs) or sum(self.sampler.fork_probs) <= 0:
             raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {self.sampler.fork_probs}")
+        r = self.rollout
+        if r.engine == "openai" and r.workers:
+            raise ValueError("rollout.workers are Ray actors of the local engine; with rollout.engine 'openai' "
+                             "the servers in rollout.servers generate: set rollout.workers=0")
+        if r.engine == "openai" and not r.servers:
+            raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
+        if r.engine == "openai" and self.model.bases:
+            raise ValueError("rollout.engine 'openai' serves one base model (model.name): model.bases is not supported")
+        if r.engine == "openai" and self.model.lora_rank == 0:
+            raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
+        if r.workers and importlib.util.find_spec("ray") is None:
+            raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
+        if r.max_staleness and r.engine == "local" and not r.workers:
+            raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
+                             "rollout.workers > 0 or rollout.engine 'openai'")
         if self.algo.advantage == "gae" and self.model.lora_rank == 0:
             raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
         unknown = set(self.reward.weights) - {"correct", "format"}

@@ -22,11 +22,12 @@ bf16 weights and autocast on CUDA by default, float32 on CPU.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from masrl import distributed
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
 from masrl.config import Config, ConfigError
@@ -35,7 +36,7 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, Planner, System
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System
 from masrl.systems import resolve_system
 from masrl.tasks import build_task
 from masrl.tasks.base import Task
@@ -54,6 +55,21 @@ class Engine:
     learners: dict[str, Learner]  # policy name -> what updates it
     frozen: Mapping[str, Agent]  # agents that are not trained (a pool, weak to strong; experts; tools)
     critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
+    # Remote generation (rollout.workers Ray actors or rollout.engine openai servers): each engine
+    # with the base whose adapters it must receive after every update (`publish`).
+    remotes: list[tuple[Any, PolicyModel]] = field(default_factory=list)
+    env: EnvSteps | None = None  # environment steps on threads (rollout.env_threads), None: on the event loop
+
+    def publish(self, version: int) -> None:
+        """Send the current adapters, as `version`, to every remote engine (before it generates again)."""
+        for remote, base in self.remotes:
+            remote.publish(version, {p: base.state_dict(p) for p in base.policies})
+
+    def close(self) -> None:
+        for remote, _ in self.remotes:
+            remote.close()
+        if self.env is not None:
+            self.env.close()
 
     @property
     def bases(self) -> list[PolicyModel]:
@@ -109,6 +125,8 @@ def update_settings(config: Config) -> UpdateSettings:
         clip_high=a.clip_high,
         max_grad_norm=t.max_grad_norm,
         temperature=config.rollout.temperature,
+        decoupled=config.rollout.max_staleness > 0,
+        behavior_cap=a.behavior_cap,
     )
 
 
@@ -140,7 +158,7 @@ def build_engine(config: Config, model: Any = None) -> Engine:
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
     plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if gae else [])
     models: dict[str, PolicyModel] = {}  # adapter -> its base
-    services: dict[str, GenerationService] = {}
+    names: dict[str, str] = {}  # adapter -> its base's model name
     place = engine_placement(config)
     for name, adapters in plan.items():  # a system trained only through heads (built.heads) loads no base
         loaded = (
@@ -148,9 +166,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         )
         base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
                            gradient_checkpointing=config.trainer.gradient_checkpointing)  # fmt: skip
-        service = GenerationService(base.generate, max_batch=config.rollout.max_batch)
         models.update(dict.fromkeys(adapters, base))
-        services.update(dict.fromkeys(adapters, service))
+        names.update(dict.fromkeys(adapters, name))
     if gae:
         check_one_tokenizer(models, CRITIC)
     r = config.rollout
@@ -180,6 +197,10 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         "independent": {"agents": len(s.fork_probs)},
     }
     rule = BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
+    # Generation services last: remote workers start from the trainer's sampling generator as it is
+    # now, after every initialisation above has drawn from it (masrl.rollout.ray_workers).
+    env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
+    services, remotes = build_services(config, models, names, model is not None, env)
     return Engine(
         config, models, task, built.system, rule,
         agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
@@ -187,4 +208,49 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         learners=learners,
         frozen=built.frozen,
         critic=critic,
+        remotes=remotes,
+        env=env,
     )  # fmt: skip
+
+
+def build_services(
+    config: Config, models: Mapping[str, PolicyModel], names: Mapping[str, str], given_model: bool,
+    env: EnvSteps | None = None,
+) -> tuple[dict[str, GenerationService], list[tuple[Any, PolicyModel]]]:
+    """One generation service per base: in process (`rollout.workers: 0`), Ray workers, or inference servers."""
+    r = config.rollout
+    services: dict[str, GenerationService] = {}
+    remotes: list[tuple[Any, PolicyModel]] = []
+    # Only rank 0 samples (masrl.distributed): the other ranks of a data-parallel run start no workers.
+    for base in {id(m): m for m in models.values()}.values():
+        adapters = [p for p, m in models.items() if m is base]
+        remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
+        if remote is None:
+            services.update(dict.fromkeys(adapters, GenerationService(base.generate, max_batch=r.max_batch, env=env)))
+            continue
+        remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0
+        remotes.append((remote, base))
+        service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots, env=env)
+        services.update(dict.fromkeys(adapters, service))
+    return services, remotes
+
+
+def start_remote(config: Config, base: PolicyModel, model_name: str, given_model: bool) -> Any:
+    """The remote engine that generates for `base`'s adapters: inference servers, Ray workers, or None (in process)."""
+    r = config.rollout
+    if r.engine == "openai":
+        from masrl.rollout.openai_engine import InferenceServers
+
+        return InferenceServers(config, model_name, base)
+    if not r.workers:
+        return None
+    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
+
+    if given_model:
+        raise ConfigError("rollout.workers load the model themselves: name it in model.name "
+                          "(a model object cannot be sent to them)")  # fmt: skip
+    spec = WorkerSpec(model_name, base.policies, base.lora, config.run.seed,
+                      str(base.placement.weights).removeprefix("torch."), r.worker_threads,
+                      logprobs=r.max_staleness > 0)  # fmt: skip
+    return RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
+                      timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip

@@ -102,7 +102,8 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
         if algo.skip_zero_advantage and a == 0.0:
             continue
         r = c.reply
-        samples[r.policy].append(Sample(r.policy, r.prompt_ids or (), r.response_ids or (), a, w, r.payload))
+        samples[r.policy].append(Sample(r.policy, r.prompt_ids or (), r.response_ids or (), a, w, r.payload,
+                                        behavior_logprobs=r.logprobs, version=r.version))  # fmt: skip
         roles[r.policy].append(c.role)
     if algo.sample_weight == "per_agent":  # MHGPO eq. 6: mean over agents of each agent's per-sample mean
         for policy, batch in samples.items():
@@ -159,7 +160,8 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
         if algo.skip_zero_advantage and not any(adv):
             continue
         w = sample_weight(episodes[i], algo.sample_weight)
-        samples[r.policy].append(Sample(r.policy, r.prompt_ids, r.response_ids, adv, w))
+        samples[r.policy].append(Sample(r.policy, r.prompt_ids, r.response_ids, adv, w,
+                                        behavior_logprobs=r.logprobs, version=r.version))  # fmt: skip
     residual = (flat_ret - flat_val).var(unbiased=False)
     metrics = {
         "return_mean": float(flat_ret.mean()),
@@ -298,6 +300,14 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
     if finished:
         return run_dir  # a finished run: resuming it changes nothing
     engine = build_engine(config, model=model)
+    try:
+        return _loop(engine, config, run_dir, start)
+    finally:
+        engine.close()  # rollout workers and server sessions end with the run, whatever ended it
+
+
+def _loop(engine: Engine, config: Config, run_dir: Path, start: int) -> Path:
+    main = distributed.is_main()
     roll_call = distributed.roll_call()
     if main and roll_call:
         print(f"masrl: {roll_call}", file=sys.stderr)
@@ -307,11 +317,25 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
         if not main:
             _restore(engine, ckpt)
         start = int(read_meta(ckpt)["step"])
+        engine.publish(start)  # remote engines generate with the restored adapters (version = step)
     logger = RunLogger(run_dir, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
         _log_eval(engine, logger, 0, "before")
 
     cfg = config.trainer
+    # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
+    # thread while this one updates (the workers or servers do the model work).
+    ahead = RolloutAhead(engine, config.rollout.max_staleness, cfg.steps) if config.rollout.max_staleness and main else None
+    try:
+        return _steps(engine, config, run_dir, start, logger, ahead)
+    finally:
+        if ahead:
+            ahead.close()  # rollouts of steps past the end (a max_minutes stop) are dropped
+
+
+def _steps(engine: Engine, config: Config, run_dir: Path, start: int, logger, ahead) -> Path:
+    main, cfg = distributed.is_main(), config.trainer
+    failures = remote_failures(engine)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
     last = start  # the last step trained (and checkpointed) by this loop
     trained_seconds = 0.0
@@ -319,9 +343,7 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
         t0 = time.perf_counter()
         episodes = None
         if main:  # 1. sample (rank 0; the others receive its episodes)
-            tasks = engine.task.items("train", (step - 1) * cfg.batch_size, cfg.batch_size)
-            key = f"{config.run.seed}:train:{step}" if config.rollout.order == "place" else None
-            episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, key))
+            episodes = ahead.episodes(step) if ahead else sample_step(engine, step)
         episodes = distributed.broadcast(episodes)
         t_sample = time.perf_counter() - t0
         metrics = episode_metrics(episodes)
@@ -337,6 +359,11 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
             upd = engine.learners[policy].update(samples)
             metrics.update({f"{policy}/{k}": v for k, v in upd.items()})
         t_update = time.perf_counter() - t1
+        engine.publish(step)  # the adapters after this update are version `step`
+        if engine.remotes:
+            now = remote_failures(engine)
+            metrics["rollout/failures"], failures = float(now - failures), now
+            metrics.update(staleness(episodes, step))
         gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
         upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss)
         metrics.update(scored.metrics)
@@ -359,6 +386,8 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
         stop = distributed.broadcast(out_of_time(trained_seconds, step_seconds, cfg.max_minutes))  # rank 0's clock
         final = step == cfg.steps or stop
         if config.eval.every and step % config.eval.every == 0 and not final and main:
+            if ahead:
+                ahead.settle()  # evaluation shares the generation services: nothing else may use them
             _log_eval(engine, logger, step, f"step {step}")
         if step % cfg.checkpoint_every == 0 or final:  # 6. checkpoint
             _checkpoint(engine, run_dir, step)
@@ -368,10 +397,63 @@ def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
                            f"({trained_seconds / 60:.1f} min)")  # fmt: skip
             break
     bar.close()
+    if ahead:
+        ahead.close()
     if main:  # evaluation runs once
         _log_eval(engine, logger, last, "after", final=True)
         logger.close()
     return run_dir
+
+
+def sample_step(engine: Engine, step: int) -> list[Episode]:
+    """Phase 1: the episodes of training step `step` (its tasks come from the data position)."""
+    n = engine.config.trainer.batch_size
+    tasks = engine.task.items("train", (step - 1) * n, n)
+    key = f"{engine.config.run.seed}:train:{step}" if engine.config.rollout.order == "place" else None
+    return asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, key, env=engine.env))
+
+
+class RolloutAhead:
+    """Asynchronous rollouts (AReaL's, bounded staleness; Fu et al. 2025, sec. 5.1): while step s
+    updates, steps s+1 .. s+k are sampled one after another on a background thread with whatever
+    adapters the remote engines hold when each batch is sent. Each reply records its adapter version
+    and behaviour log-probs, so the loss corrects for the gap (UpdateSettings.decoupled)."""
+
+    def __init__(self, engine: Engine, k: int, last_step: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.engine, self.k, self.last = engine, k, last_step
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masrl-rollout-ahead")
+        self.futures: dict = {}
+
+    def episodes(self, step: int) -> list[Episode]:
+        for s in range(step, min(step + self.k, self.last) + 1):
+            if s not in self.futures:
+                self.futures[s] = self.pool.submit(sample_step, self.engine, s)
+        return self.futures.pop(step).result()
+
+    def settle(self) -> None:
+        """Wait until every rollout queued so far has finished (nothing generates afterwards)."""
+        for f in list(self.futures.values()):
+            f.result()
+
+    def close(self) -> None:
+        for f in self.futures.values():
+            f.cancel()
+        self.pool.shutdown(wait=True)
+
+
+def remote_failures(engine: Engine) -> int:
+    return sum(remote.failures for remote, _ in engine.remotes)
+
+
+def staleness(episodes: Sequence[Episode], step: int) -> dict[str, float]:
+    """How many updates behind the trainer (which starts step `step` from version step - 1) each
+    trainable reply's adapters were: mean and max over the step's replies."""
+    gaps = [step - 1 - c.reply.version for ep in episodes for c in ep.calls if c.reply and c.reply.version is not None]
+    if not gaps:
+        return {}
+    return {"rollout/staleness_mean": sum(gaps) / len(gaps), "rollout/staleness_max": float(max(gaps))}
 
 
 # ---------------------------------------------------------------- helpers
@@ -474,6 +556,7 @@ def load_trained(run_dir: Path, model=None) -> Engine:
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
     _restore(engine, ckpt, weights_only=True)
+    engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
     return engine
 
 

@@ -47,10 +47,14 @@ class Reply:
     prompt_ids: tuple[int, ...] | None = None
     response_ids: tuple[int, ...] | None = None
     policy: str | None = None
-    logprobs: tuple[float, ...] | None = None  # each response token's sampling log-prob, when recorded
     # A trainable policy that is not a token sampler (e.g. a scoring head over
     # agents) keeps here what its learner needs to recompute the choice's log-prob.
     payload: Any = None
+    # Each response token's log-prob under the weights that sampled it, when recorded (remote
+    # generation, or SamplingParams.logprobs: the gateway), and that adapter version. Asynchronous
+    # training corrects stale samples with them (masrl.algos.losses.behavior_weights).
+    logprobs: tuple[float, ...] | None = None
+    version: int | None = None
 
     @property
     def trainable(self) -> bool:
@@ -160,3 +164,5 @@ class Sample:
     payload: Any = None  # Reply.payload of a non-token policy
     returns: tuple[float, ...] = ()  # value learners: target per response token
     values: tuple[float, ...] = ()  # value learners: prediction per response token at scoring time
+    behavior_logprobs: tuple[float, ...] | None = None  # log-probs of the policy that sampled it (async rollouts)
+    version: int | None = None  # the adapter version that sampled it

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from masrl.agents.policy import PolicyModel
-from masrl.algos.losses import total_loss
+from masrl.algos.losses import behavior_weights, total_loss
 from masrl.distributed import all_reduce_grads, shard, sum_metrics
 from masrl.types import Sample
 
@@ -38,6 +38,11 @@ class UpdateSettings:
     clip_high: float = 0.2
     max_grad_norm: float = 1.0
     temperature: float = 1.0
+    # Asynchronous rollouts (rollout.max_staleness > 0): correct samples by pi_prox / pi_behav
+    # (AReaL's decoupled objective, masrl.algos.losses), truncated at behavior_cap when set.
+    # False keeps the synchronous loss exactly (the weight is never computed).
+    decoupled: bool = False
+    behavior_cap: float | None = None
 
 
 def length(sample: Sample) -> int:
@@ -76,9 +81,13 @@ def update_policy(
                 ref = _logprobs(model, None, mb, settings, grad=False)[0] if settings.kl_coef > 0 else None
                 adv = advantage_tensor(mb, logp.shape[1], logp.dtype).to(logp.device)  # [B] or [B, R]
                 weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype, device=logp.device)  # [B]
+                behavior = None
+                if settings.decoupled:  # pi_prox is old_logp: the weights this update started from
+                    behav = behavior_tensor(mb, old_logp).to(logp.device)  # [B, R]
+                    behavior = behavior_weights(old_logp, behav, mask, settings.behavior_cap)
                 loss, metrics = total_loss(
                     logp, old_logp, ref, adv, mask, settings.kl_coef, settings.aggregation, normalizer,
-                    weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high,
+                    weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high, behavior=behavior,
                 )  # fmt: skip
                 loss.backward()
                 # A micro-batch's diagnostics are token means over it: weighted by its share of the
@@ -111,6 +120,19 @@ def advantage_tensor(mb: Sequence[Sample], width: int, dtype: torch.dtype) -> to
             if len(s.advantage) != len(s.response_ids):
                 raise ValueError(f"sample has {len(s.advantage)} advantages for {len(s.response_ids)} response tokens")
             out[i, : len(s.advantage)] = torch.tensor(s.advantage, dtype=dtype)
+    return out
+
+
+def behavior_tensor(mb: Sequence[Sample], prox_logp: torch.Tensor) -> torch.Tensor:
+    """[B, R] log-probs of the policy that sampled each token; a sample without them (generated in
+    process, so by the current weights) takes the proximal log-probs, i.e. weight 1."""
+    out = prox_logp.detach().clone().cpu()
+    for i, s in enumerate(mb):
+        if s.behavior_logprobs is not None:
+            if len(s.behavior_logprobs) != len(s.response_ids):
+                raise ValueError(f"sample has {len(s.behavior_logprobs)} behaviour log-probs for "
+                                 f"{len(s.response_ids)} response tokens")  # fmt: skip
+            out[i, : len(s.behavior_logprobs)] = torch.tensor(s.behavior_logprobs, dtype=out.dtype)
     return out
 
 

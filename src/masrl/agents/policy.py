@@ -51,6 +51,7 @@ class Generation:
     # With SamplingParams.logprobs: log softmax(logits / T) of each response token as it was sampled
     # (T = the temperature, 1 when greedy), the same quantity the trainer computes for its ratios.
     logprobs: tuple[float, ...] | None = None
+    version: int | None = None  # remote engines: the adapter version that sampled it
 
 
 @dataclass(frozen=True)
@@ -347,4 +348,5 @@ def to_reply(prompt: Sequence[int], gen: Generation, price: Price, policy: str |
         response_ids=gen.response_ids if trainable else None,
         policy=policy,
         logprobs=gen.logprobs if trainable else None,
+        version=gen.version if trainable else None,
     )

@@ -21,6 +21,16 @@ then equals the loss of the whole batch at once (gradient accumulation 8x1 ==
 1x8). `token_mean` averages over all tokens of the batch (DAPO's token-level
 loss, Yu et al. 2025, sec. 3.3); `seq_mean` averages each sequence over its
 tokens, then over sequences (GRPO's original 1/G sum_i 1/|o_i| sum_t).
+
+Stale samples (asynchronous rollouts, `rollout.max_staleness > 0`) were drawn
+by an older *behaviour* policy than the one the update starts from. The loss
+is then AReaL's decoupled PPO objective (Fu et al. 2025, "AReaL", sec. 5.2,
+eq. 5): the clipped ratio is taken against the *proximal* policy (old_logp:
+the weights at the start of this update) and each token's term is scaled by
+pi_prox / pi_behav, which moves the expectation from the behaviour policy's
+samples to the proximal policy's. `behavior_cap` truncates that weight
+(truncated importance sampling, IMPALA's rho-bar, Espeholt et al. 2018,
+sec. 4.1), trading a little bias for bounded variance.
 """
 
 from __future__ import annotations
@@ -132,6 +142,19 @@ def seq_mean(
     return per_seq.sum() / normalizer
 
 
+def behavior_weights(
+    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, cap: float | None = None
+) -> torch.Tensor:
+    """pi_prox / pi_behav per token, truncated at `cap`: [B, T] (1 at masked positions, no gradient).
+
+    AReaL eq. 5's correction for a token the behaviour policy sampled (prox_logp
+    and behav_logp are the log-probs of that token under each policy)."""
+    w = torch.exp(prox_logp.detach() - behav_logp.detach())  # [B, T]
+    if cap is not None:
+        w = w.clamp(max=cap)
+    return torch.where(mask.bool(), w, torch.ones_like(w))
+
+
 AGGREGATIONS = {
     "token_mean": token_mean,
     "seq_mean": seq_mean,
@@ -150,15 +173,21 @@ def total_loss(
     weights: torch.Tensor | None = None,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
+    behavior: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Surrogate + kl_coef * k3(pi || ref), aggregated by AGGREGATIONS[aggregation].
 
     logp, old_logp, ref_logp, mask [B, T]; advantages [B] or [B, T]; weights [B].
+    `behavior` [B, T]: the decoupled objective's pi_prox / pi_behav per token
+    (`behavior_weights`), multiplying the surrogate (not the KL term); None for on-policy samples.
     The KL term is skipped entirely (no reference forward needed) when
     kl_coef == 0 or ref_logp is None. Metrics are this micro-batch's, unweighted.
     """
     agg = AGGREGATIONS[aggregation]
     per_token, metrics = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high)
+    if behavior is not None:
+        per_token = per_token * behavior.detach()
+        metrics["behavior_weight_mean"] = masked_mean(behavior.detach(), mask).item()
     metrics["pg_loss"] = agg(per_token.detach(), mask, weights, normalizer).item()
     if kl_coef != 0.0 and ref_logp is not None:
         kl = kl_k3(logp, ref_logp.detach())  # [B, T]

@@ -11,19 +11,28 @@ Generation runs on one long-lived worker thread owned by the service, not on
 asyncio's default pool: each `asyncio.run` (one per training step) would
 otherwise start fresh threads, and glibc gives every new thread its own
 malloc arena, so freed KV caches pile up as resident memory step after step.
+
+A remote engine (Ray rollout workers, inference servers: masrl.rollout.remote)
+gives an async `generate` and `slots` > 1 batches in flight at once: the
+oldest group is cut into one batch per free slot, so every worker gets a
+share. With one slot the service cuts batches exactly as in process (the
+same batches, so the same samples: what `rollout.workers: 1` is tested on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from masrl.agents.policy import Generation, SamplingParams
 
 GenerateFn = Callable[[Sequence[Sequence[int]], SamplingParams, "str | None"], list[Generation]]
+# (the async form, a remote engine's, returns an awaitable of the same list)
 
 
 @dataclass
@@ -44,9 +53,13 @@ class ServiceStats:
 
 
 class GenerationService:
-    def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8):
+    def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, slots: int = 1,
+                 env=None):  # fmt: skip
         self._generate = generate
+        self._env = env  # masrl.rollout.tree.EnvSteps: environment steps running off the loop, waited for
+        self._remote = inspect.iscoroutinefunction(generate)
         self.max_batch = max_batch
+        self.slots = slots  # batches in flight at once (a remote engine's workers)
         # How many event-loop rounds to wait for other coroutines to enqueue
         # before a batch is cut; each round costs microseconds.
         self._settle_rounds = settle_rounds
@@ -64,29 +77,55 @@ class GenerationService:
         return await request.future
 
     async def _drain(self) -> None:
+        if self.slots > 1:
+            return await self._drain_parallel()
         while self._pending:
-            for _ in range(self._settle_rounds):
-                await asyncio.sleep(0)
-            batch = self._take_batch()
-            started = time.perf_counter()
-            try:
-                outs = await asyncio.get_running_loop().run_in_executor(
-                    self._thread, self._generate, [r.prompt for r in batch], batch[0].params, batch[0].policy
-                )
-            except Exception as exc:  # noqa: BLE001 - handed to every waiting episode
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-                continue
-            self._record(outs, time.perf_counter() - started)
-            for r, out in zip(batch, outs):
-                if not r.future.done():
-                    r.future.set_result(out)
+            await self._settle()
+            await self._run(self._take_batch(self.max_batch))
 
-    def _take_batch(self) -> list[_Request]:
-        """The oldest request's (policy, params) group, up to max_batch."""
+    async def _settle(self) -> None:
+        """Let every episode that can ask for generation ask before a batch is cut."""
+        while self._env is not None and self._env.running:  # steps on threads: their episodes ask next
+            await asyncio.sleep(0.001)
+        for _ in range(self._settle_rounds):
+            await asyncio.sleep(0)
+
+    async def _drain_parallel(self) -> None:
+        """Up to `slots` batches in flight; a slot that frees up takes the next requests."""
+        running: set[asyncio.Task] = set()
+        while self._pending or running:
+            if self._pending and len(running) < self.slots:
+                await self._settle()
+                free = self.slots - len(running)
+                group = self._take_batch(self.max_batch * free)
+                size = math.ceil(len(group) / free)  # an even share for each free slot
+                for i in range(0, len(group), size):
+                    running.add(asyncio.get_running_loop().create_task(self._run(group[i : i + size])))
+            else:
+                _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+
+    async def _run(self, batch: list[_Request]) -> None:
+        started = time.perf_counter()
+        args = ([r.prompt for r in batch], batch[0].params, batch[0].policy)
+        try:
+            if self._remote:
+                outs = await self._generate(*args)
+            else:
+                outs = await asyncio.get_running_loop().run_in_executor(self._thread, self._generate, *args)
+        except Exception as exc:  # noqa: BLE001 - handed to every waiting episode
+            for r in batch:
+                if not r.future.done():
+                    r.future.set_exception(exc)
+            return
+        self._record(outs, time.perf_counter() - started)
+        for r, out in zip(batch, outs):
+            if not r.future.done():
+                r.future.set_result(out)
+
+    def _take_batch(self, limit: int) -> list[_Request]:
+        """The oldest request's (policy, params) group, up to `limit`."""
         key = (self._pending[0].policy, self._pending[0].params)
-        batch = [r for r in self._pending if (r.policy, r.params) == key][: self.max_batch]
+        batch = [r for r in self._pending if (r.policy, r.params) == key][:limit]
         taken = {id(r) for r in batch}
         self._pending = [r for r in self._pending if id(r) not in taken]
         return batch

@@ -37,6 +37,11 @@ its draw on it, and the episode lists its calls level by level in tree order,
 so the update sums its samples in the same order. A run resumed after a kill
 then draws exactly what the uninterrupted one drew. Without a key, calls are
 listed as they finished (the order every measured run in the README used).
+
+Environment steps that block (a sandboxed program, a tool, a retrieval: a
+system's `advance`) run on the event loop by default, which keeps every seeded
+run reproducible; with `rollout.env_threads: N` they run on N threads
+(`EnvSteps`) so the loop keeps serving the other episodes meanwhile.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import asyncio
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -212,9 +218,33 @@ def address_seed(address: str) -> int:
     return int.from_bytes(hashlib.sha256(address.encode()).digest()[:8], "big") >> 1
 
 
+class EnvSteps:
+    """`System.advance` calls on a thread pool, off the event loop (`rollout.env_threads`).
+
+    It counts the steps in flight: the generation service waits until none is
+    running before it cuts a batch (`GenerationService(env=...)`), so the episodes
+    whose steps finish together still share a batch, as when steps ran inline.
+    Requests may then reach the batch in another order (threads finish in any
+    order), so samples are not bit-for-bit those of the inline run."""
+
+    def __init__(self, threads: int):
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="masrl-env")
+        self.running = 0  # touched only on the event loop's thread
+
+    async def advance(self, system: System, state: Any, step: Step, reply: Reply) -> Transition:
+        self.running += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, system.advance, state, step, reply)
+        finally:
+            self.running -= 1
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
 async def expand(
     system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner,
-    key: str | None = None, slot: int = 0,
+    key: str | None = None, slot: int = 0, env: EnvSteps | None = None,
 ) -> Episode:  # fmt: skip
     own = getattr(system, "expand", None)
     if own is not None:  # a system that is not a state machine grows its own tree (an agent program: replay)
@@ -236,7 +266,7 @@ async def expand(
             if reply is None:
                 children.append((Call(**base, reply=None, done=True, error=error), None))
                 continue
-            tr = system.advance(state, step, reply)
+            tr = await env.advance(system, state, step, reply) if env else system.advance(state, step, reply)
             call = Call(**base, reply=reply, action=tr.action, rewards=dict(tr.rewards), reward=tr.reward, done=tr.done)
             children.append((call, tr))
         calls.extend(c for c, _ in children)
@@ -276,8 +306,8 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...], address: str | No
 
 async def rollout(
     system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
-    key: str | None = None,
+    key: str | None = None, env: EnvSteps | None = None,
 ) -> list[Episode]:  # fmt: skip
     """Expand every task's tree concurrently, so generation batches across tasks. `key` (unique
     within a run) makes the rollout one by place (see the module's doc); None: by arrival."""
-    return list(await asyncio.gather(*(expand(system, agents, t, rule, key, i) for i, t in enumerate(tasks))))
+    return list(await asyncio.gather(*(expand(system, agents, t, rule, key, i, env) for i, t in enumerate(tasks))))

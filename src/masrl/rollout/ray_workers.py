@@ -1,0 +1,251 @@
+"""Rollout workers as Ray actors (`rollout.workers: N`).
+
+Each worker holds its own copy of the base model with one LoRA adapter per
+policy and answers `generate` batches; the trainer's `GenerationService`
+keeps cutting batches as in process and hands one to each free worker
+(`slots = N`). Episodes themselves (the system's state machine, rewards,
+frozen agents) stay in the trainer's event loop: only the model work moves.
+
+Adapter sync is versioned and pulled: after every update the trainer puts the
+adapters into Ray's object store once (`publish`, version = the step whose
+update made them) and every batch it sends names the version current at that
+moment. A worker whose adapters are older loads them from the object store
+before it generates, so a worker that Ray restarted after a crash catches up
+on its first batch, and no broadcast can be missed.
+
+Failures: a worker that dies (SIGKILL, out of memory) is restarted by Ray
+(`max_restarts=-1`); the batch it held is sent to another worker
+(`rollout.retries`; with one worker, to the same one once Ray has it back),
+and `failures` counts it. A batch that takes longer than
+`rollout.timeout_s` is abandoned the same way and the stuck worker is killed
+so Ray restarts it; when every retry fails the batch's calls fail
+(`AgentError`), their trajectories are left out of the update and counted, and
+the step goes on. Nothing waits without a timeout.
+
+Each worker samples from its own torch generator: worker 0 starts from the
+trainer's generator state at build time, so one worker with the in-process
+batch cuts draws exactly the samples the in-process path draws (tested);
+worker i > 0 is seeded with run.seed + 1000 * i.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from masrl.agents.policy import Generation, LoraSpec, SamplingParams
+from masrl.types import AgentError
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to rebuild the trainer's generation model (picklable)."""
+
+    model: str  # a model name load_model understands (workers load it themselves)
+    policies: tuple[str, ...]
+    lora: LoraSpec | None
+    seed: int
+    dtype: str  # "float32" | "bfloat16" | ...
+    threads: int
+    logprobs: bool  # return the behaviour log-probs of every sampled token (asynchronous training)
+
+
+class RolloutWorker:
+    """One Ray actor: a base model, the adapters of the last version it loaded, a sampling generator."""
+
+    def __init__(self, spec: WorkerSpec, index: int, rng_state: torch.Tensor | None):
+        from masrl.agents.policy import PolicyModel
+        from masrl.models import load_model
+
+        torch.set_num_threads(spec.threads)
+        loaded = load_model(spec.model, seed=spec.seed, dtype=getattr(torch, spec.dtype))
+        self.model = PolicyModel(loaded, spec.policies, spec.lora, keep_reference=False)
+        self.spec = spec
+        self.version = -1  # nothing loaded yet: the first batch names a version
+        if rng_state is not None and index == 0:
+            torch.set_rng_state(rng_state)
+        else:
+            torch.manual_seed(spec.seed + 1000 * index)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None, version: int, refs: list
+    ) -> list[Generation]:
+        if version != self.version:  # pull the adapters of `version` (refs: [ObjectRef], not resolved by Ray)
+            import ray
+
+            for name, state in ray.get(refs[0]).items():
+                self.model.load_state_dict(name, state)
+            self.version = version
+        gens = self.model.generate(prompts, params, policy)
+        if not (self.spec.logprobs and policy is not None and not params.greedy):
+            return [replace(g, version=version) for g in gens]
+        with torch.no_grad():  # the same function the trainer's loss uses, so pi_behav and pi_prox agree
+            logp, _ = self.model.response_logprobs(prompts, [g.response_ids for g in gens], policy, params.temperature)
+        return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist()), version=version)
+                for i, g in enumerate(gens)]  # fmt: skip
+
+
+class RayWorkers:
+    """N `RolloutWorker` actors behind one async `generate`, least-busy first."""
+
+    def __init__(self, spec: WorkerSpec, workers: int, *, address: str | None, cpus: float, timeout_s: float,
+                 retries: int, rng_state: torch.Tensor | None = None):  # fmt: skip
+        import ray
+
+        connect(address, workers * cpus)
+        actor = ray.remote(num_cpus=cpus, max_restarts=-1, max_task_retries=0)(RolloutWorker)
+        self.actors = [actor.remote(spec, i, rng_state) for i in range(workers)]
+        self.slots = workers
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.busy = [0] * workers  # batches in flight per worker
+        self.failures = 0  # batches lost to a dead, restarting or stuck worker (each retried or failed)
+        self.version = -1
+        self._refs: list = []
+        self._probes: dict[int, object] = {}  # worker -> pid() call sent after it failed: it is back once answered
+        # Wait until every worker has loaded its model: a cluster without room for them says so here.
+        ready = [a.pid.remote() for a in self.actors]
+        done, waiting = ray.wait(ready, num_returns=len(ready), timeout=max(timeout_s, 60.0))
+        if waiting:
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            raise RuntimeError(f"{len(waiting)} of {workers} rollout workers did not start within "
+                               f"{max(timeout_s, 60.0):.0f} s; the cluster has {ray.cluster_resources().get('CPU', 0)} "
+                               f"CPUs for {workers} x ray.worker_cpus={cpus}")  # fmt: skip
+        try:
+            self.nodes = ray.get([a.node.remote() for a in self.actors])
+        except Exception as exc:  # a worker's __init__ failed (model not found, out of memory, ...)
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            first = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
+            raise RuntimeError(f"rollout workers failed to start: {first}") from None
+        print(f"masrl: {workers} rollout workers on {len(set(self.nodes))} Ray node(s)", flush=True)
+
+    def publish(self, version: int, states: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        """Make `states` (policy -> adapter tensors) the adapters every later batch is generated with."""
+        import ray
+
+        self._refs = [ray.put({p: {k: v.detach().cpu() for k, v in s.items()} for p, s in states.items()})]
+        self.version = version
+
+    def pids(self) -> list[int]:
+        """Each worker's process id, waiting (up to timeout_s) for one that Ray is restarting."""
+        import ray
+        from ray.exceptions import ActorUnavailableError
+
+        deadline = time.monotonic() + self.timeout_s
+        out = []
+        for a in self.actors:
+            while True:
+                try:
+                    out.append(ray.get(a.pid.remote(), timeout=max(deadline - time.monotonic(), 0.1)))
+                    break
+                except ActorUnavailableError:  # restarting: ask again shortly
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        return out
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                       policy: str | None) -> list[Generation]:  # fmt: skip
+        import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+        if self.version < 0:
+            raise RuntimeError("no adapters published to the rollout workers yet")
+        tried: set[int] = set()
+        last = ""
+        deadline = time.monotonic() + self.timeout_s
+        for _ in range(self.retries + 1):
+            i = self._pick(tried)
+            tried.add(i)
+            if not await self._back(i, deadline):  # every worker failed: wait (bounded) for this one's restart
+                last = f"worker {i}: not back from its restart in {self.timeout_s:.0f} s"
+                break
+            self.busy[i] += 1
+            ref = self.actors[i].generate.remote(list(map(list, prompts)), params, policy, self.version, self._refs)
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.timeout_s)
+            except (RayActorError, ActorUnavailableError, GetTimeoutError) as exc:
+                last = f"worker {i}: {type(exc).__name__}"
+            except asyncio.TimeoutError:
+                last = f"worker {i}: no answer in {self.timeout_s:.0f} s (killed; Ray restarts it)"
+                ray.kill(self.actors[i], no_restart=False)
+            finally:
+                self.busy[i] -= 1
+            self.failures += 1
+            self._probes[i] = self.actors[i].pid.remote()  # skip it until Ray has it back
+        raise AgentError(f"rollout workers failed this batch {len(tried)} times; last: {last}")
+
+    def _pick(self, tried: set[int]) -> int:
+        """The least busy worker that is up and not tried yet for this batch (any, once none is)."""
+        everyone = range(len(self.actors))
+        fresh = [i for i in everyone if i not in tried and self._up(i)] or [i for i in everyone if i not in tried]
+        return min(fresh or everyone, key=lambda i: (self.busy[i], i))
+
+    async def _back(self, i: int, deadline: float) -> bool:
+        """Whether worker i is up, waiting until `deadline` while Ray restarts it."""
+        while not self._up(i):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+        return True
+
+    def _up(self, i: int) -> bool:
+        """False while a worker that failed has not answered its probe (Ray is restarting it)."""
+        import ray
+
+        probe = self._probes.get(i)
+        if probe is None:
+            return True
+        ready, _ = ray.wait([probe], timeout=0)
+        if not ready:
+            return False
+        try:
+            ray.get(ready[0])
+        except Exception:  # noqa: BLE001 - still restarting (or died again): probe once more
+            self._probes[i] = self.actors[i].pid.remote()
+            return False
+        del self._probes[i]
+        return True
+
+    def close(self) -> None:
+        """Stop the workers and leave Ray (a Ray started for the run stops with it)."""
+        import ray
+
+        if ray.is_initialized():
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            ray.shutdown()
+        self.actors = []
+
+
+def connect(address: str | None, cpus_needed: float) -> None:
+    """Attach to `address` (ray.address), or start a Ray instance on this machine with room for the workers."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    started = time.perf_counter()
+    if address:
+        ray.init(address=address, namespace="masrl", log_to_driver=False)
+    else:  # the workers may share this machine's cores with the trainer: reserve what they ask for
+        cpus = max(os.cpu_count() or 1, math.ceil(cpus_needed))
+        ray.init(num_cpus=cpus, include_dashboard=False, namespace="masrl", log_to_driver=False)
+    print(f"masrl: Ray {'attached to ' + address if address else 'started'} in {time.perf_counter() - started:.1f} s",
+          flush=True)  # fmt: skip

@@ -1,0 +1,133 @@
+"""Asynchronous rollouts: the decoupled PPO correction (AReaL eq. 5) against hand-computed values,
+its wiring through `update_policy`, and the staleness bookkeeping of the loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from masrl.algos.losses import behavior_weights, total_loss
+from masrl.config import ConfigError, load_config
+from masrl.train import staleness
+from masrl.types import Call, Episode, Reply, Sample, TaskItem
+from masrl.update import UpdateSettings, behavior_tensor, update_policy
+
+D = torch.float64
+log = math.log
+
+
+def t(rows):
+    return torch.tensor(rows, dtype=D)
+
+
+def test_behavior_weight_is_prox_over_behav_truncated_and_one_where_masked():
+    prox = t([[log(0.5), log(0.2), log(0.9)]])
+    behav = t([[log(0.25), log(0.4), log(0.1)]])
+    mask = t([[1, 1, 0]])
+    assert torch.allclose(behavior_weights(prox, behav, mask), t([[2.0, 0.5, 1.0]]))
+    assert torch.allclose(behavior_weights(prox, behav, mask, cap=1.5), t([[1.5, 0.5, 1.0]]))
+
+
+def test_decoupled_objective_hand_values():
+    # Token 1: ratio pi/pi_prox = 0.6/0.5 = 1.2, clipped to 1.1 (A > 0), weight pi_prox/pi_behav = 0.5/0.25 = 2
+    #          -> -2 * 1.1 * 1 = -2.2.
+    # Token 2: ratio 0.3/0.4 = 0.75 inside [0.9, 1.1]? no: 0.75 < 0.9 with A > 0 -> min(0.75, 0.9) = 0.75,
+    #          weight 0.4/0.8 = 0.5 -> -0.5 * 0.75 = -0.375.
+    logp = t([[log(0.6), log(0.3)]]).requires_grad_()
+    prox = t([[log(0.5), log(0.4)]])
+    behav = t([[log(0.25), log(0.8)]])
+    mask = t([[1, 1]])
+    w = behavior_weights(prox, behav, mask)
+    loss, m = total_loss(logp, prox, None, t([1.0]), mask, 0.0, "token_mean", 2.0, clip_low=0.1, clip_high=0.1,
+                         behavior=w)  # fmt: skip
+    assert loss.item() == pytest.approx((-2.2 - 0.375) / 2)
+    assert m["behavior_weight_mean"] == pytest.approx(1.25)
+    loss.backward()
+    # Only token 2 is unclipped: d/dlogp of -w * exp(logp - prox) / 2 = -0.5 * 0.75 / 2.
+    assert logp.grad[0].tolist() == pytest.approx([0.0, -0.1875])
+
+
+def test_on_policy_samples_get_weight_one_so_decoupled_equals_plain():
+    logp = t([[log(0.5), log(0.2)], [log(0.7), log(0.1)]]).requires_grad_()
+    mask = t([[1, 1], [1, 0]])
+    adv = t([1.0, -2.0])
+    plain, _ = total_loss(logp, logp.detach(), None, adv, mask, 0.0, "token_mean", 3.0)
+    same = behavior_weights(logp, logp, mask)
+    decoupled, _ = total_loss(logp, logp.detach(), None, adv, mask, 0.0, "token_mean", 3.0, behavior=same)
+    assert decoupled.item() == plain.item()
+
+
+def test_behavior_tensor_takes_recorded_logprobs_and_prox_where_none():
+    prox = t([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
+    mb = [Sample("p", (1,), (7, 8), 1.0, behavior_logprobs=(-0.5, -0.25)), Sample("p", (1,), (7, 8, 9), 1.0)]
+    assert behavior_tensor(mb, prox).tolist() == [[-0.5, -0.25, -3.0], [-4.0, -5.0, -6.0]]
+    with pytest.raises(ValueError, match="2 behaviour log-probs for 3 response tokens"):
+        behavior_tensor([Sample("p", (1,), (7, 8, 9), 1.0, behavior_logprobs=(-0.5, -0.25))], prox)
+
+
+def test_update_with_stale_samples_scales_the_gradient_by_the_behaviour_weight(one_thread):
+    """One epoch, token_mean: samples whose behaviour policy gave each token half the current probability
+    get weight 2 everywhere, so the adapter gradient is exactly twice the synchronous one."""
+    from masrl.agents.policy import LoraSpec, PolicyModel
+    from masrl.models import load_model
+
+    torch.manual_seed(0)
+    model = PolicyModel(load_model("tiny", seed=0, dtype=D), ["red"], LoraSpec(rank=4, alpha=8))
+    with torch.no_grad():
+        for p in model.parameters("red"):
+            p.add_(0.1 * torch.randn_like(p))
+    prompts, responses = [(5, 6, 7), (9, 10)], [(11, 12, 13), (14, 15)]
+    with torch.no_grad():
+        logp, _ = model.response_logprobs(prompts, responses, "red")
+    samples = [Sample("red", p, r, a, behavior_logprobs=tuple((logp[i, : len(r)] - log(2.0)).tolist()))
+               for i, (p, r, a) in enumerate(zip(prompts, responses, [1.0, -0.5]))]  # fmt: skip
+
+    class Recorder(torch.optim.SGD):
+        """Keeps the gradient the update would step with (and takes no step)."""
+
+        def step(self, closure=None):
+            self.grads = torch.cat([p.grad.detach().flatten().double() for p in self.param_groups[0]["params"]])
+
+    def grads(settings):
+        opt = Recorder(model.parameters("red"), lr=1.0)
+        update_policy(model, "red", samples, opt, settings)
+        return opt.grads
+
+    base = UpdateSettings(micro_batch=8, max_grad_norm=1e9)
+    sync = grads(base)
+    stale = grads(UpdateSettings(micro_batch=8, max_grad_norm=1e9, decoupled=True))
+    capped = grads(UpdateSettings(micro_batch=8, max_grad_norm=1e9, decoupled=True, behavior_cap=1.5))
+    assert sync.abs().max() > 0
+    # peft keeps the adapter in float32 over the float64 base: equal up to float32 round-off of the
+    # gradient's scale (a factor of 2 is a power of two, so that product comes out exact).
+    scale = float(sync.abs().max())
+    assert float((stale - 2.0 * sync).abs().max()) <= 1e-6 * scale
+    assert float((capped - 1.5 * sync).abs().max()) <= 1e-6 * scale
+
+
+def _reply(version):
+    return Reply("x", 1, 1, 0.0, prompt_ids=(1,), response_ids=(2,), policy="p", version=version)
+
+
+def test_staleness_is_how_many_updates_behind_each_reply_was():
+    task = TaskItem("t", "q", "a")
+    calls = tuple(Call(str(i), None, "a", "r", 0, (), _reply(v)) for i, v in enumerate([4, 3, 4]))
+    # Step 5 updates from version 4: gaps 0, 1, 0.
+    assert staleness([Episode(task, calls)], 5) == {"rollout/staleness_mean": 1 / 3, "rollout/staleness_max": 1.0}
+    assert staleness([Episode(task, (Call("0", None, "a", "r", 0, (), Reply("x", 1, 1, 0.0)),))], 5) == {}
+
+
+def test_async_and_remote_settings_are_checked_before_anything_loads():
+    with pytest.raises(ConfigError, match="max_staleness > 0 generates while the trainer updates"):
+        load_config("single-arithmetic", ["rollout.max_staleness=1"])
+    with pytest.raises(ConfigError, match="needs rollout.servers"):
+        load_config("single-arithmetic", ["rollout.engine=openai"])
+    with pytest.raises(ConfigError, match="set rollout.workers=0"):
+        load_config("single-arithmetic", ["rollout.engine=openai", "rollout.workers=2",
+                                          "rollout.servers=[http://127.0.0.1:1/v1]"])  # fmt: skip
+    with pytest.raises(ConfigError, match="rollout.max_staleness"):
+        load_config("single-arithmetic", ["rollout.max_staleness=-1"])
+    cfg = load_config("single-arithmetic", ["rollout.workers=2", "rollout.max_staleness=1", "algo.behavior_cap=2"])
+    assert cfg.rollout.max_staleness == 1 and cfg.algo.behavior_cap == 2.0

@@ -1,0 +1,263 @@
+"""Rollout workers as Ray actors (masrl.rollout.ray_workers), on this CPU with the tiny model.
+
+- one synchronous worker draws the in-process samples and logs the in-process metrics for 3 seeded steps
+  (worker 0 starts from the trainer's sampling generator, and one slot cuts the batches as in process);
+- two workers share each step's batches, sync adapters by version, and the step trains;
+- a worker killed with SIGKILL while it holds a batch: the batch is retried on the other worker, the
+  failure is counted, and the restarted worker catches up with the current adapters on its next batch;
+- asynchronous k=1 records each sample's adapter version and behaviour log-probs, and its staleness.
+
+Each test gets its own Ray instance in its own temp dir and shuts it down. The default run holds the first
+and the pool-level kill test (about 40 s together); the rest are marked slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import shutil
+import signal
+import tempfile
+
+import pytest
+import ray  # the `scale` extra, installed by scripts/setup.sh
+import torch
+
+from masrl.agents.policy import SamplingParams
+from masrl.train import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PARITY = ("task.kind=parity_task:FAMILY", "trainer.steps=3", "trainer.threads=1", "eval.before=false",
+          "trainer.log_episodes=2", "trainer.log_episodes_every=1")  # fmt: skip
+
+
+@pytest.fixture
+def ray_dir(monkeypatch):
+    """A Ray instance of this test's own: a short temp dir (Ray's socket paths must stay short), no auth."""
+    path = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", path)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    yield path
+    ray.shutdown()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def records(run_dir, kind="train"):
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+def samples(run_dir):
+    return [(r["step"], c["id"], c["response"]) for r in map(json.loads, (run_dir / "samples.jsonl").read_text().splitlines())
+            for c in r["calls"]]  # fmt: skip
+
+
+TIMING = ("seconds", "tokens_per_s", "rss_gb")
+
+
+def comparable(record):
+    return {k: v for k, v in record.items() if not any(t in k for t in TIMING) and not k.startswith("rollout/")}
+
+
+def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_config, tmp_path, ray_dir):
+    local = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'local'}"))
+    remote = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray'}", "rollout.workers=1"))
+    assert len(records(local)) == 3
+    assert samples(remote) == samples(local)  # every logged episode's responses, token for token
+    for a, b in zip(records(local), records(remote)):
+        assert comparable(a) == comparable(b)
+        assert b["rollout/failures"] == 0
+    assert [comparable(r) for r in records(local, "eval")] == [comparable(r) for r in records(remote, "eval")]
+    assert not ray.is_initialized()  # the run shut its workers and Ray down
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_batches_and_the_run_trains(tiny_config, tmp_path, ray_dir):
+    run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray2'}", "rollout.workers=2", "trainer.steps=2"))
+    recs = records(run)
+    assert [r["step"] for r in recs] == [1, 2]
+    assert all(r["failed"] == 0 and r["rollout/failures"] == 0 for r in recs)
+    assert all(r["red/samples"] > 0 if "red/samples" in r else True for r in recs)
+    assert any(k.endswith("/grad_norm") and r[k] > 0 for r in recs for k in r)  # the adapters were updated
+
+
+def _trainer_model():
+    from masrl.agents.policy import LoraSpec, PolicyModel
+    from masrl.models import load_model
+
+    torch.manual_seed(0)
+    model = PolicyModel(load_model("tiny", seed=0), ["red"], LoraSpec(rank=4, alpha=8))
+    with torch.no_grad():  # a fresh adapter has B = 0 (the base policy): make the adapters matter
+        for p in model.parameters("red"):
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def test_a_worker_killed_mid_batch_is_retried_counted_and_restarted_with_the_current_adapters(ray_dir):
+    from masrl.agents.policy import LoraSpec
+    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
+
+    model = _trainer_model()
+    spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=True)
+    pool = RayWorkers(spec, 2, address=None, cpus=1.0, timeout_s=300.0, retries=1)
+    try:
+        pool.publish(7, {"red": model.state_dict("red")})
+        pids = pool.pids()
+        prompts = [[5, 6, 7, i] for i in range(32)]
+        params = SamplingParams(max_new_tokens=512, temperature=1.0)  # seconds of work: the kill lands mid-batch
+
+        async def kill_one_mid_batch():
+            batch = asyncio.ensure_future(pool.generate(prompts, params, "red"))
+            while sum(pool.busy) == 0:  # the batch has been sent to a worker
+                await asyncio.sleep(0.001)
+            victim = pool.busy.index(1)
+            os.kill(pids[victim], signal.SIGKILL)
+            return await asyncio.wait_for(batch, 300), victim
+
+        outs, victim = asyncio.run(kill_one_mid_batch())
+        assert pool.failures == 1  # counted once, then answered by the other worker
+        assert len(outs) == 32 and all(o.version == 7 for o in outs)
+        assert pool.pids()[victim] != pids[victim]  # Ray restarted it
+        # The restarted worker loads version 7 on its first batch: its log-probs are the trainer's.
+        short = SamplingParams(max_new_tokens=8, temperature=1.0)
+        again = ray.get(pool.actors[victim].generate.remote(prompts[:4], short, "red", pool.version, pool._refs))
+        with torch.no_grad():
+            logp, _ = model.response_logprobs(prompts[:4], [g.response_ids for g in again], "red", 1.0)
+        for i, g in enumerate(again):
+            n = len(g.response_ids)
+            assert g.version == 7 and n > 0
+            assert torch.allclose(torch.tensor(g.logprobs), logp[i, :n], atol=1e-5)
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_generating_worker_mid_step_the_step_completes_and_counts_it(tiny_config, tmp_path, ray_dir):
+    import threading
+
+    import psutil
+
+    run_dir = tmp_path / "killed"
+    killed: list[int] = []
+
+    def kill_a_generating_worker():
+        """Once step 1 is logged, SIGKILL a worker process while Ray shows it inside `generate`."""
+        metrics = run_dir / "metrics.jsonl"
+        while not killed:
+            if metrics.exists() and '"kind": "train"' in metrics.read_text():
+                for proc in psutil.process_iter(["pid", "cmdline"]):
+                    if (proc.info["cmdline"] or [""])[0].startswith("ray::RolloutWorker.generate"):
+                        os.kill(proc.info["pid"], signal.SIGKILL)
+                        killed.append(proc.info["pid"])
+                        return
+            threading.Event().wait(0.002)
+
+    killer = threading.Thread(target=kill_a_generating_worker, daemon=True)
+    killer.start()
+    run = train(tiny_config(*PARITY, f"run.dir={run_dir}", "rollout.workers=2", "rollout.max_new_tokens=256",
+                            "trainer.steps=4", "trainer.batch_size=4"))  # fmt: skip
+    killer.join(timeout=1)
+    recs = records(run)
+    assert killed and [r["step"] for r in recs] == [1, 2, 3, 4]  # every step completed
+    assert recs[0]["rollout/failures"] == 0
+    assert sum(r["rollout/failures"] for r in recs[1:]) == 1  # the killed batch, counted once (then retried)
+    assert all(r["failed"] == 0 for r in recs)  # the retry answered it: no trajectory lost
+
+
+@pytest.mark.slow
+def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(tiny_config, tmp_path, ray_dir):
+    run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'async'}", "rollout.workers=1", "rollout.max_staleness=1",
+                            "trainer.steps=4"))  # fmt: skip
+    recs = records(run)
+    assert [r["step"] for r in recs] == [1, 2, 3, 4]
+    assert recs[0]["rollout/staleness_max"] == 0  # step 1 is sampled with the initial adapters
+    # Step s+1 is sampled while step s updates, so with the adapters of version s-1: one behind.
+    assert all(r["rollout/staleness_max"] <= 1 for r in recs) and any(r["rollout/staleness_max"] == 1 for r in recs)
+    weights = [r[k] for r in recs for k in r if k.endswith("/behavior_weight_mean")]
+    assert weights and all(w > 0 and math.isfinite(w) for w in weights)
+
+
+def cluster_cpus(ray_cli: str, address: str, env: dict) -> float:
+    import re
+    import subprocess
+
+    out = subprocess.run([ray_cli, "status", "--address", address], env=env, capture_output=True, text=True).stdout
+    found = re.search(r"/([0-9.]+) CPU", out)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.slow
+def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both(tiny_config, tmp_path, ray_dir, capsys):
+    """`ray start --head` and `ray start --address` (each --block, so stopping them stops their node), one CPU each:
+    rollout.workers=2 with ray.worker_cpus=1 must put one worker on each node."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--block", "--disable-usage-stats"]
+    head = subprocess.Popen([ray_cli, "start", "--head", "--port", str(port), "--temp-dir", ray_dir,
+                             "--include-dashboard", "false", *common], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    nodes = [head]
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while subprocess.run([ray_cli, "status", "--address", address], env=env, capture_output=True).returncode:
+            assert head.poll() is None and time.monotonic() < deadline, "the Ray head did not start"
+            time.sleep(0.5)
+        nodes.append(subprocess.Popen([ray_cli, "start", "--address", address, *common], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))  # fmt: skip
+        while cluster_cpus(ray_cli, address, env) < 2:  # each node brings one CPU
+            assert nodes[1].poll() is None and time.monotonic() < deadline, "the second Ray node did not join"
+            time.sleep(0.5)
+        run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'cluster'}", "trainer.steps=1", "rollout.workers=2",
+                                f"ray.address={address}", "ray.worker_cpus=1"))  # fmt: skip
+        assert "2 rollout workers on 2 Ray node(s)" in capsys.readouterr().out
+        rec = records(run)[0]
+        assert rec["step"] == 1 and rec["failed"] == 0 and rec["rollout/failures"] == 0
+    finally:
+        for proc in reversed(nodes):
+            proc.terminate()
+        for proc in reversed(nodes):
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.mark.slow
+def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_dir):
+    from masrl.agents.policy import LoraSpec
+    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
+
+    model = _trainer_model()
+    spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=False)
+    pool = RayWorkers(spec, 1, address=None, cpus=1.0, timeout_s=300.0, retries=1)
+    try:
+        pool.publish(2, {"red": model.state_dict("red")})
+        [pid] = pool.pids()
+        params = SamplingParams(max_new_tokens=512, temperature=1.0)
+
+        async def kill_mid_batch():
+            batch = asyncio.ensure_future(pool.generate([[5, 6, 7, i] for i in range(32)], params, "red"))
+            while not pool.busy[0]:
+                await asyncio.sleep(0.001)
+            os.kill(pid, signal.SIGKILL)
+            return await asyncio.wait_for(batch, 300)
+
+        outs = asyncio.run(kill_mid_batch())
+        assert pool.failures == 1 and len(outs) == 32 and all(o.version == 2 for o in outs)
+        assert pool.pids()[0] != pid
+    finally:
+        pool.close()
