@@ -175,6 +175,10 @@ class TrainerConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory for long prompts, more compute"
     )
+    share_prompts: bool = Field(
+        True, description="in the update, run each distinct prompt of a micro-batch once and its responses against "
+        "its cached keys and values (a GRPO group's G rows share one prompt); false: one pass per row"
+    )
 
 
 class EvalConfig(Section):

@@ -109,6 +109,7 @@ def update_settings(config: Config) -> UpdateSettings:
         clip_high=a.clip_high,
         max_grad_norm=t.max_grad_norm,
         temperature=config.rollout.temperature,
+        share_prompts=t.share_prompts,
     )
 
 

@@ -38,15 +38,21 @@ class UpdateSettings:
     clip_high: float = 0.2
     max_grad_norm: float = 1.0
     temperature: float = 1.0
+    share_prompts: bool = True  # run each distinct prompt of a micro-batch once (PolicyModel._shared_prompt_logprobs)
 
 
 def length(sample: Sample) -> int:
     return len(sample.prompt_ids) + len(sample.response_ids)
 
 
-def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
-    """Length-sorted chunks: less padding, same summed gradient."""
-    ordered = sorted(samples, key=length)
+def micro_batches(samples: Sequence[Sample], size: int, by_prompt: bool = False) -> list[list[Sample]]:
+    """Length-sorted chunks: less padding, same summed gradient.
+
+    `by_prompt` keeps rows with the same prompt next to each other (a GRPO
+    group lands in one chunk when it fits), so a chunk runs each prompt once.
+    """
+    key = (lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids))) if by_prompt else length
+    ordered = sorted(samples, key=key)
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
@@ -60,7 +66,7 @@ def update_policy(
     if not samples:
         return {}
     params = model.parameters(policy)
-    batches = micro_batches(shard(samples, key=length), settings.micro_batch)  # this rank's slice
+    batches = micro_batches(shard(samples, key=length), settings.micro_batch, settings.share_prompts)  # this rank's slice
     tokens = float(sum(len(s.response_ids) for s in samples))  # the whole batch's, every rank's slice included
     normalizer = tokens if settings.aggregation == "token_mean" else float(len(samples))
     old = [_logprobs(model, policy, mb, settings, grad=False)[0] for mb in batches] if settings.epochs > 1 else None
@@ -117,5 +123,6 @@ def advantage_tensor(mb: Sequence[Sample], width: int, dtype: torch.dtype) -> to
 def _logprobs(model: PolicyModel, policy: str | None, mb: Sequence[Sample], settings: UpdateSettings, grad: bool):
     with torch.set_grad_enabled(grad):
         return model.response_logprobs(
-            [s.prompt_ids for s in mb], [s.response_ids for s in mb], policy, settings.temperature
-        )
+            [s.prompt_ids for s in mb], [s.response_ids for s in mb], policy, settings.temperature,
+            share_prompts=settings.share_prompts,
+        )  # fmt: skip
