@@ -148,7 +148,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
         )
         base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
-                           gradient_checkpointing=config.trainer.gradient_checkpointing)  # fmt: skip
+                           gradient_checkpointing=config.trainer.gradient_checkpointing,
+                           engine=config.rollout.engine)  # fmt: skip
         service = GenerationService(base.generate, max_batch=config.rollout.max_batch)
         models.update(dict.fromkeys(adapters, base))
         services.update(dict.fromkeys(adapters, service))

@@ -131,6 +131,7 @@ class PolicyModel:
         keep_reference: bool = True,
         placement: Placement = CPU,
         gradient_checkpointing: bool = False,
+        engine: str = "hf",
     ):
         if not policies:
             raise ValueError("PolicyModel needs at least one policy name")
@@ -141,6 +142,10 @@ class PolicyModel:
                 raise ValueError(f"policy name {name!r} must be an identifier and not part of 'lora_'")
         if lora is None and len(policies) > 1:
             raise ValueError("full fine-tuning trains one policy per base model; use LoRA for several policies")
+        if engine not in ("hf", "lean"):
+            raise ValueError(f"unknown generation engine {engine!r}; known: hf, lean")
+        self.engine = engine
+        self._merged = None  # the lean engine's merged-weights copy (masrl.rollout.decode), built on first use
         self.tokenizer = loaded.tokenizer
         self.policies = tuple(policies)
         self.lora = lora
@@ -238,8 +243,29 @@ class PolicyModel:
         return encode_chat(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
+        if self.engine == "lean":
+            return self.sample(prompts, params, policy)[0]
         with self._lock, self.use(policy) as model, self.placement.autocast():
             return generate_batch(model, self.tokenizer, prompts, params)
+
+    def sample(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
+    ) -> tuple[list[Generation], list[list[float]]]:
+        """The lean engine (masrl.rollout.decode): generations and each token's sampling log-prob.
+
+        With LoRA it samples from a merged copy of the weights, re-merged here
+        whenever the policy's adapter changed since the last call; full
+        fine-tuning samples from the trained weights themselves."""
+        from masrl.rollout.decode import MergedWeights, sample_batch
+
+        with self._lock, self.placement.autocast():
+            if self.lora is None:
+                with self.use(policy) as model:
+                    return sample_batch(model, self.tokenizer, prompts, params)
+            if self._merged is None:
+                self._merged = MergedWeights(self.model)
+            self._merged.sync(policy)
+            return sample_batch(self._merged.model, self.tokenizer, prompts, params)
 
     # ---- log-probs for the update ---------------------------------------------
     def response_logprobs(
