@@ -104,3 +104,17 @@ def test_update_with_shared_prompts_takes_the_same_step():
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     assert m_shared["grad_norm"] == pytest.approx(m_plain["grad_norm"], rel=1e-5)
     assert m_plain["grad_norm"] > 0
+
+
+def test_micro_batches_stop_at_the_token_cap_counting_a_shared_prompt_once():
+    prompts, responses, adv = make_rows()
+    samples = [Sample("red", p, r, a) for p, r, a in zip(prompts, responses, adv)]
+    batches = micro_batches(samples, 10, by_prompt=True, max_tokens=30)
+    # by hand: [P3 R2, P3 R9] costs 1 prompt x 3 + 2 rows x 9 = 21; adding P5 R1 would cost 2 x 5 + 3 x 9 = 37;
+    # [P5 R1, R3, R6] costs 5 + 3 x 6 = 23, adding P8 R2 2 x 8 + 4 x 6 = 40; [P8 R2, R5, R7] 8 + 3 x 7 = 29, ...
+    assert [[len(s.response_ids) for s in mb] for mb in batches] == [[2, 9], [1, 3, 6], [2, 5, 7], [7], [4]]
+    assert [[len(s.prompt_ids) for s in mb] for mb in batches] == [[3, 3], [5, 5, 5], [8, 8, 8], [8], [11]]
+    # one pass per row counts every row's prompt: the 3 shortest rows, P3 R2, P5 R1, P5 R3, cost 3 x (5 + 3) = 24
+    by_length = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+    assert micro_batches(samples, 10, max_tokens=24)[0] == by_length[:3]
+    assert micro_batches(samples, 10, max_tokens=23)[0] == by_length[:2]

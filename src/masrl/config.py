@@ -179,6 +179,11 @@ class TrainerConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory for long prompts, more compute"
     )
+    micro_batch_tokens: int | None = Field(
+        2048, ge=1, description="also cut a micro-batch before its forward pass exceeds this many token positions "
+        "(padding included, a shared prompt counted once): bounds the activations a long-prompt batch keeps for "
+        "the backward pass; null: only micro_batch counts"
+    )
     share_prompts: bool = Field(
         True, description="in the update, run each distinct prompt of a micro-batch once and its responses against "
         "its cached keys and values (a GRPO group's G rows share one prompt); false: one pass per row"

@@ -110,6 +110,7 @@ def update_settings(config: Config) -> UpdateSettings:
         max_grad_norm=t.max_grad_norm,
         temperature=config.rollout.temperature,
         share_prompts=t.share_prompts,
+        micro_batch_tokens=t.micro_batch_tokens,
     )
 
 
