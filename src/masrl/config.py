@@ -84,6 +84,10 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature during training")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_batch: int = Field(64, gt=0, description="largest generate() batch")
+    max_batch_tokens: int | None = Field(
+        32768, gt=0, description="also cut a generate() batch before rows x (longest prompt + max_new_tokens) exceeds "
+        "this: bounds its KV cache and prefill activations when prompts are long; null: only max_batch counts"
+    )
     engine: Literal["hf", "lean"] = Field(
         "hf", description="hf: HF generate, the reference; lean: merged adapter weights re-merged after every "
         "update, one prefill per distinct prompt, finished rows leave the batch (masrl/rollout/decode.py)"

@@ -151,7 +151,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
                            gradient_checkpointing=config.trainer.gradient_checkpointing,
                            engine=config.rollout.engine)  # fmt: skip
-        service = GenerationService(base.generate, max_batch=config.rollout.max_batch)
+        service = GenerationService(base.generate, max_batch=config.rollout.max_batch,
+                                    max_tokens=config.rollout.max_batch_tokens)  # fmt: skip
         models.update(dict.fromkeys(adapters, base))
         services.update(dict.fromkeys(adapters, service))
     if gae:

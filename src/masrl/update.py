@@ -39,7 +39,7 @@ class UpdateSettings:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     share_prompts: bool = True  # run each distinct prompt of a micro-batch once (PolicyModel._shared_prompt_logprobs)
-    micro_batch_tokens: int | None = None  # cap on a micro-batch's forward tokens (micro_batches)
+    micro_batch_tokens: int | None = 2048  # cap on a micro-batch's forward tokens (micro_batches)
 
 
 def length(sample: Sample) -> int:

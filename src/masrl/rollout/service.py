@@ -44,9 +44,12 @@ class ServiceStats:
 
 
 class GenerationService:
-    def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8):
+    def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, max_tokens: int | None = None):
         self._generate = generate
         self.max_batch = max_batch
+        # Rows x (longest prompt + max_new_tokens): what the batch's KV cache and prefill activations scale with
+        # (~46 KB of cache per token for SmolLM2-135M in float32). None: only max_batch counts.
+        self.max_tokens = max_tokens
         # How many event-loop rounds to wait for other coroutines to enqueue
         # before a batch is cut; each round costs microseconds.
         self._settle_rounds = settle_rounds
@@ -84,9 +87,18 @@ class GenerationService:
                     r.future.set_result(out)
 
     def _take_batch(self) -> list[_Request]:
-        """The oldest request's (policy, params) group, up to max_batch."""
+        """The oldest request's (policy, params) group, up to max_batch rows and max_tokens (at least one row)."""
         key = (self._pending[0].policy, self._pending[0].params)
-        batch = [r for r in self._pending if (r.policy, r.params) == key][: self.max_batch]
+        batch: list[_Request] = []
+        width = 0
+        for r in self._pending:
+            if (r.policy, r.params) != key:
+                continue
+            wider = max(width, len(r.prompt) + r.params.max_new_tokens)
+            if batch and (len(batch) == self.max_batch or (self.max_tokens and wider * (len(batch) + 1) > self.max_tokens)):
+                break
+            batch.append(r)
+            width = wider
         taken = {id(r) for r in batch}
         self._pending = [r for r in self._pending if id(r) not in taken]
         return batch
