@@ -64,7 +64,8 @@ def logit_gradients(engine, samples: list[Sample]) -> list[tuple[Sample, list[in
         engine.learners["controller"].update(samples)
     finally:
         handle.remove()
-    batches = micro_batches(samples, engine.config.trainer.micro_batch)
+    t = engine.config.trainer
+    batches = micro_batches(samples, t.micro_batch, max_tokens=t.micro_batch_tokens)  # as update_policy cuts them
     assert len(captured) == len(batches)
     out = []
     for logits, mb in zip(captured, batches):
