@@ -11,7 +11,10 @@ Method
   random-token prompts sampled (temperature 1) through a `GenerationService`
   from concurrent coroutines, `min_new_tokens` forcing exactly `new_tokens`
   tokens per row; group-normalised random advantages; `update_policy` with
-  the default `UpdateSettings` (micro-batch 8, response-only logits).
+  `UpdateSettings` of micro-batch `--micro-batch` (8), shared prompts and a
+  cap of `--micro-batch-tokens` (2048) forward tokens per micro-batch, as
+  `masrl train` defaults to; `--one-pass --micro-batch-tokens 0` is the
+  update as it was before both (one pass per row, rows only).
 - `fullvocab` (contrast; needs >= 20 GB available, else skipped): the same
   model and batch, but the update computes full-vocabulary logits and
   `log_softmax` for every position of the whole batch at once, gathers the
@@ -59,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--micro-batch-tokens", type=int, default=2048, help="update token cap per micro-batch; 0: none")
+    p.add_argument("--one-pass", action="store_true", help="the update without shared prompts (share_prompts=False)")
     p.add_argument("--skip-fullvocab", action="store_true")
     p.add_argument("--skip-malloc-variant", action="store_true", help=f"skip the step run with {MALLOC_ENV}")
     p.add_argument("--child", choices=["step", "fullvocab"], help=argparse.SUPPRESS)
@@ -106,7 +112,10 @@ def child_step(args) -> dict:
     out["generated"] = max_rss_bytes()
     samples = [Sample(POLICY, tuple(p), g.response_ids, a) for p, g, a in zip(prompts, gens, adv)]
     t0 = time.perf_counter()
-    update_policy(model, POLICY, samples, opt, UpdateSettings())
+    settings = UpdateSettings(
+        micro_batch=args.micro_batch, share_prompts=not args.one_pass, micro_batch_tokens=args.micro_batch_tokens or None
+    )
+    update_policy(model, POLICY, samples, opt, settings)
     out["update_s"] = time.perf_counter() - t0
     out["updated"] = max_rss_bytes()
     out["generate_calls"] = service.stats.batches
@@ -173,7 +182,9 @@ def main() -> None:
 
     print(
         f"\none GRPO step: {batch} sequences ({args.prompts} prompts x {args.group}), prompt {args.prompt_len} + "
-        f"{args.new_tokens} new tokens, LoRA r=16 a=32 x7, float32, {args.threads} threads, model {args.model}"
+        f"{args.new_tokens} new tokens, LoRA r=16 a=32 x7, float32, {args.threads} threads, model {args.model}; "
+        f"update micro-batch {args.micro_batch}, token cap {args.micro_batch_tokens or 'none'}, "
+        f"{'one pass per row' if args.one_pass else 'shared prompts'}"
     )
     print(
         f"step: {step['generate_calls']} generate call(s), {step['response_tokens']} response tokens, "

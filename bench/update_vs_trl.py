@@ -62,7 +62,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--lr", type=float, default=1e-6)
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
-    p.add_argument("--child", choices=["masrl", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--no-one-pass", action="store_true", help="skip masrl with one pass per row (share_prompts off)")
+    p.add_argument("--child", choices=["masrl", "masrl-1pass", "trl"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if (args.prompts * args.group) % args.micro_batch:
         p.error("prompts*group must be a multiple of --micro-batch")
@@ -83,13 +84,13 @@ def make_batch(tokenizer, args) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 # ------------------------------------------------------------------- masrl
-def build_masrl(args, loaded, prompts, completions, adv):
+def build_masrl(args, loaded, prompts, completions, adv, share_prompts: bool = True):
     model = PolicyModel(loaded, [POLICY], LoraSpec())
     opt = torch.optim.AdamW(model.parameters(POLICY), lr=args.lr, weight_decay=0.0)
     samples = [
         Sample(POLICY, tuple(p.tolist()), tuple(c.tolist()), float(a)) for p, c, a in zip(prompts, completions, adv)
     ]
-    settings = UpdateSettings(micro_batch=args.micro_batch)
+    settings = UpdateSettings(micro_batch=args.micro_batch, share_prompts=share_prompts)
 
     def step() -> None:
         update_policy(model, POLICY, samples, opt, settings)
@@ -193,8 +194,8 @@ def build(which: str, args, out_dir: str):
     """One side's (step, logprobs, optimizer name), on its own copy of the model."""
     loaded = load_model(args.model)
     prompts, completions, adv = make_batch(loaded.tokenizer, args)
-    if which == "masrl":
-        return (*build_masrl(args, loaded, prompts, completions, adv), "AdamW")
+    if which in ("masrl", "masrl-1pass"):
+        return (*build_masrl(args, loaded, prompts, completions, adv, share_prompts=which == "masrl"), "AdamW")
     return build_trl(args, loaded, prompts, completions, adv, out_dir)
 
 
@@ -228,14 +229,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out_dir:
         masrl_step, masrl_lp, _ = build("masrl", args, out_dir)
         trl_step, trl_lp, trl_opt = build("trl", args, out_dir)
+        contenders = {"masrl": masrl_step, "trl": trl_step}
+        if not args.no_one_pass:
+            contenders["masrl-1pass"] = build("masrl-1pass", args, out_dir)[0]
         torch.set_num_threads(args.threads)  # in case the trainer's setup changed it
         n = min(args.micro_batch, batch)
         logp_diff = (masrl_lp(n) - trl_lp(n)).abs().max().item()
         print(f"log-prob check on {n} sequences: max |masrl - TRL| = {logp_diff:.2e}")
-        times = interleaved({"masrl": masrl_step, "trl": trl_step}, reps=args.reps)
+        times = interleaved(contenders, reps=args.reps)
     assert torch.get_num_threads() == args.threads
     busy += [b for b in warn_if_busy() if b not in busy]
-    rss = {k: None if args.no_rss else peak_rss(k) for k in ("masrl", "trl")}
+    rss = {k: None if args.no_rss else peak_rss(k) for k in times}
 
     med = {k: median(v) for k, v in times.items()}
     tps = {k: resp_tokens / v for k, v in med.items()}
@@ -248,10 +252,13 @@ def main() -> None:
     )
     rows = [
         [k, f"{med[k]:.2f}", " ".join(f"{t:.2f}" for t in times[k]), f"{tps[k]:.1f}", gb(k, "before_step"), gb(k, "peak")]
-        for k in ("masrl", "trl")
+        for k in times
     ]
     print(table(rows, ["impl", "median s", "reps s", "resp tok/s", "RSS before step GB", "peak RSS GB"]))
-    print(f"ratio masrl/TRL tokens/s = {ratio:.2f} (target >= 1.0)")
+    print(f"ratio masrl/TRL tokens/s = {ratio:.2f} (target >= 2.0)")
+    if "masrl-1pass" in tps:
+        print(f"shared prompts vs one pass per row: {tps['masrl'] / tps['masrl-1pass']:.2f}x; "
+              f"one pass per row / TRL = {tps['masrl-1pass'] / tps['trl']:.2f}")
     emit_json(
         "update_vs_trl",
         {
@@ -264,6 +271,7 @@ def main() -> None:
             "masrl_tok_s": round(tps["masrl"], 2),
             "trl_tok_s": round(tps["trl"], 2),
             "ratio": round(ratio, 3),
+            "masrl_one_pass_tok_s": round(tps["masrl-1pass"], 2) if "masrl-1pass" in tps else None,
             "masrl_peak_rss_gb": round(rss["masrl"]["peak"] / GB, 3) if rss["masrl"] else None,
             "trl_peak_rss_gb": round(rss["trl"]["peak"] / GB, 3) if rss["trl"] else None,
             "logprob_max_diff": logp_diff,

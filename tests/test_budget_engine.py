@@ -64,7 +64,8 @@ def logit_gradients(engine, samples: list[Sample]) -> list[tuple[Sample, list[in
         engine.learners["controller"].update(samples)
     finally:
         handle.remove()
-    batches = micro_batches(samples, engine.config.trainer.micro_batch)
+    t = engine.config.trainer
+    batches = micro_batches(samples, t.micro_batch, max_tokens=t.micro_batch_tokens)  # as update_policy cuts them
     assert len(captured) == len(batches)
     out = []
     for logits, mb in zip(captured, batches):
@@ -83,7 +84,9 @@ def test_expert_tokens_receive_exactly_zero_gradient(tmp_path):
     to every logit the update computed: a position's token is trained iff that gradient is non-zero. Every
     controller token must get one; every expert token (inside later rounds' context) exactly 0. A control
     batch whose responses wrongly include the expert's tokens shows the check sees them when they are trained."""
-    engine, episodes = calling_engine(tmp_path, "algo.kl_coef=0.5")
+    # One pass per row: the logits read below are laid out as `_layout` lays them out (the shared-prompt
+    # pass gives the same log-probs and gradients: tests/test_shared_prompt.py).
+    engine, episodes = calling_engine(tmp_path, "algo.kl_coef=0.5", "trainer.share_prompts=false")
     tok = engine.model.tokenizer
     expert_calls = [c for ep in episodes for c in ep.calls if c.role == "expert"]
     assert len(expert_calls) == 8  # 2 tasks x 2 samples x 2 calls

@@ -331,3 +331,17 @@ def test_tree_q_on_parallel_chains_is_the_return_to_go():
     # gamma 0.1: Q(0.0) = 10 + 0.1 * 100, Q(0) = 1 + 0.1 * 20, and so on.
     expected = {"0": 3.0, "0.0": 20.0, "0.0.0": 100.0, "1": 6.0, "1.0": 40.0, "1.0.0": 200.0}
     assert tree_q(ep, 0.1) == pytest.approx(expected)
+
+
+def test_max_tokens_cuts_a_batch_by_rows_times_its_widest_row():
+    fake = FakeGenerate()
+    service = GenerationService(fake, max_tokens=3 * (4 + SAMPLE.max_new_tokens))
+    prompts = [[1, 2], [3, 4, 5, 6], [7], [8, 9, 10, 11, 12], [13]]
+    asyncio.run(gather_requests(service, [(p, SAMPLE, "a") for p in prompts]))
+    # widths (prompt + new tokens) 2, 4, 1 fit 3 rows x 4; a 5-token prompt makes 4 rows x 5 too many; a lone
+    # row always goes
+    assert [b[0] for b in fake.batches] == [prompts[:3], prompts[3:]]
+    service = GenerationService(fake, max_tokens=1)
+    fake.batches.clear()
+    asyncio.run(gather_requests(service, [(p, SAMPLE, "a") for p in prompts[:2]]))
+    assert [b[0] for b in fake.batches] == [prompts[:1], prompts[1:2]]

@@ -91,10 +91,12 @@ class RolloutConfig(Section):
         "slot, call id), not on the order remote agents answer in: calls in tree order, draws keyed by place "
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
-    engine: Literal["local", "openai"] = Field(
-        "local", description="local: the trainer's own model (in process, or rollout.workers Ray actors); openai: "
-        "the OpenAI-compatible inference servers in rollout.servers (`masrl serve --inference`, vLLM, SGLang), "
-        "which load the trained LoRA adapters at runtime (docs/scale.md)"
+    engine: Literal["hf", "lean", "openai"] = Field(
+        "hf", description="hf: HF generate with the trainer's own model, the reference (in process, or on "
+        "rollout.workers Ray actors); lean: in process, merged adapter weights re-merged after every update, one "
+        "prefill per distinct prompt, finished rows leave the batch (masrl/rollout/decode.py); openai: the "
+        "OpenAI-compatible inference servers in rollout.servers (`masrl serve --inference`, vLLM, SGLang), which "
+        "load the trained LoRA adapters at runtime (docs/scale.md)"
     )
     workers: int = Field(
         0, ge=0, description="Ray actors that generate (each holds the base model and the current adapters); "
@@ -117,6 +119,10 @@ class RolloutConfig(Section):
     )
     timeout_s: float = Field(600.0, gt=0, description="workers/servers: longest one generate batch may take")
     retries: int = Field(1, ge=0, description="workers/servers: how often a failed batch is sent to another one")
+    max_batch_tokens: int | None = Field(
+        32768, gt=0, description="also cut a generate() batch before rows x (longest prompt + max_new_tokens) exceeds "
+        "this: bounds its KV cache and prefill activations when prompts are long; null: only max_batch counts"
+    )
 
 
 class RewardConfig(Section):
@@ -221,6 +227,15 @@ class TrainerConfig(Section):
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory for long prompts, more compute"
     )
+    micro_batch_tokens: int | None = Field(
+        2048, ge=1, description="also cut a micro-batch before its forward pass exceeds this many token positions "
+        "(padding included, a shared prompt counted once): bounds the activations a long-prompt batch keeps for "
+        "the backward pass; null: only micro_batch counts"
+    )
+    share_prompts: bool = Field(
+        True, description="in the update, run each distinct prompt of a micro-batch once and its responses against "
+        "its cached keys and values (a GRPO group's G rows share one prompt); false: one pass per row"
+    )
 
 
 class EvalConfig(Section):
@@ -284,7 +299,7 @@ class Config(Section):
             raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {self.sampler.fork_probs}")
         r = self.rollout
         if r.engine == "openai" and r.workers:
-            raise ValueError("rollout.workers are Ray actors of the local engine; with rollout.engine 'openai' "
+            raise ValueError("rollout.workers are Ray actors of the hf engine; with rollout.engine 'openai' "
                              "the servers in rollout.servers generate: set rollout.workers=0")
         if r.engine == "openai" and not r.servers:
             raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
@@ -294,7 +309,10 @@ class Config(Section):
             raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
         if r.workers and importlib.util.find_spec("ray") is None:
             raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
-        if r.max_staleness and r.engine == "local" and not r.workers:
+        if r.engine == "lean" and r.workers:
+            raise ValueError("rollout.engine 'lean' generates in the trainer's process; rollout.workers generate with "
+                             "HF generate (engine 'hf'): set one of them")
+        if r.max_staleness and r.engine != "openai" and not r.workers:
             raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
                              "rollout.workers > 0 or rollout.engine 'openai'")
         if self.algo.advantage == "gae" and self.model.lora_rank == 0:

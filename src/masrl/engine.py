@@ -127,6 +127,8 @@ def update_settings(config: Config) -> UpdateSettings:
         temperature=config.rollout.temperature,
         decoupled=config.rollout.max_staleness > 0,
         behavior_cap=a.behavior_cap,
+        share_prompts=t.share_prompts,
+        micro_batch_tokens=t.micro_batch_tokens,
     )
 
 
@@ -165,7 +167,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
         )
         base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
-                           gradient_checkpointing=config.trainer.gradient_checkpointing)  # fmt: skip
+                           gradient_checkpointing=config.trainer.gradient_checkpointing,
+                           engine="lean" if config.rollout.engine == "lean" else "hf")  # fmt: skip
         models.update(dict.fromkeys(adapters, base))
         names.update(dict.fromkeys(adapters, name))
     if gae:
@@ -226,11 +229,13 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            services.update(dict.fromkeys(adapters, GenerationService(base.generate, max_batch=r.max_batch, env=env)))
+            local = GenerationService(base.generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
+            services.update(dict.fromkeys(adapters, local))
             continue
         remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0
         remotes.append((remote, base))
-        service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots, env=env)
+        service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots, env=env,
+                                    max_tokens=r.max_batch_tokens)  # fmt: skip
         services.update(dict.fromkeys(adapters, service))
     return services, remotes
 

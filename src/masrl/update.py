@@ -43,16 +43,44 @@ class UpdateSettings:
     # False keeps the synchronous loss exactly (the weight is never computed).
     decoupled: bool = False
     behavior_cap: float | None = None
+    share_prompts: bool = True  # run each distinct prompt of a micro-batch once (PolicyModel._shared_prompt_logprobs)
+    micro_batch_tokens: int | None = 2048  # cap on a micro-batch's forward tokens (micro_batches)
 
 
 def length(sample: Sample) -> int:
     return len(sample.prompt_ids) + len(sample.response_ids)
 
 
-def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
-    """Length-sorted chunks: less padding, same summed gradient."""
-    ordered = sorted(samples, key=length)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+def forward_tokens(mb: Sequence[Sample], by_prompt: bool = False) -> int:
+    """Token positions one forward pass over `mb` computes (padding included); what its activations scale with.
+
+    One pass: rows x (P + R). Shared prompts: distinct prompts x P + rows x R."""
+    p_len = max(len(s.prompt_ids) for s in mb)
+    r_len = max(max(len(s.response_ids) for s in mb), 1)
+    prompts = len({s.prompt_ids for s in mb}) if by_prompt else len(mb)
+    return prompts * p_len + len(mb) * r_len
+
+
+def micro_batches(
+    samples: Sequence[Sample], size: int, by_prompt: bool = False, max_tokens: int | None = None
+) -> list[list[Sample]]:
+    """Length-sorted chunks of at most `size` rows and `max_tokens` forward tokens: less padding, same summed gradient.
+
+    `by_prompt` keeps rows with the same prompt next to each other (a GRPO
+    group lands in one chunk when it fits), so a chunk runs each prompt once.
+    The token cap bounds the activations kept for the backward pass (~1.4 MB
+    per token for SmolLM2-135M with LoRA in float32), whatever the prompt
+    lengths; a single longer row still gets a chunk of its own.
+    """
+    key = (lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.response_ids))) if by_prompt else length
+    out: list[list[Sample]] = []
+    for s in sorted(samples, key=key):
+        last = out[-1] if out else None
+        if last is None or len(last) == size or (max_tokens and forward_tokens([*last, s], by_prompt) > max_tokens):
+            out.append([s])
+        else:
+            last.append(s)
+    return out
 
 
 def update_policy(
@@ -65,7 +93,8 @@ def update_policy(
     if not samples:
         return {}
     params = model.parameters(policy)
-    batches = micro_batches(shard(samples, key=length), settings.micro_batch)  # this rank's slice
+    mine = shard(samples, key=length)  # this rank's slice
+    batches = micro_batches(mine, settings.micro_batch, settings.share_prompts, settings.micro_batch_tokens)
     tokens = float(sum(len(s.response_ids) for s in samples))  # the whole batch's, every rank's slice included
     normalizer = tokens if settings.aggregation == "token_mean" else float(len(samples))
     old = [_logprobs(model, policy, mb, settings, grad=False)[0] for mb in batches] if settings.epochs > 1 else None
@@ -139,5 +168,6 @@ def behavior_tensor(mb: Sequence[Sample], prox_logp: torch.Tensor) -> torch.Tens
 def _logprobs(model: PolicyModel, policy: str | None, mb: Sequence[Sample], settings: UpdateSettings, grad: bool):
     with torch.set_grad_enabled(grad):
         return model.response_logprobs(
-            [s.prompt_ids for s in mb], [s.response_ids for s in mb], policy, settings.temperature
-        )
+            [s.prompt_ids for s in mb], [s.response_ids for s in mb], policy, settings.temperature,
+            share_prompts=settings.share_prompts,
+        )  # fmt: skip

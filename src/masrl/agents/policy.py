@@ -143,6 +143,7 @@ class PolicyModel:
         keep_reference: bool = True,
         placement: Placement = CPU,
         gradient_checkpointing: bool = False,
+        engine: str = "hf",
     ):
         if not policies:
             raise ValueError("PolicyModel needs at least one policy name")
@@ -153,6 +154,10 @@ class PolicyModel:
                 raise ValueError(f"policy name {name!r} must be an identifier and not part of 'lora_'")
         if lora is None and len(policies) > 1:
             raise ValueError("full fine-tuning trains one policy per base model; use LoRA for several policies")
+        if engine not in ("hf", "lean"):
+            raise ValueError(f"unknown generation engine {engine!r}; known: hf, lean")
+        self.engine = engine
+        self._merged = None  # the lean engine's merged-weights copy (masrl.rollout.decode), built on first use
         self.tokenizer = loaded.tokenizer
         self.policies = tuple(policies)
         self.lora = lora
@@ -250,8 +255,29 @@ class PolicyModel:
         return encode_chat(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
+        if self.engine == "lean":
+            return self.sample(prompts, params, policy)[0]
         with self._lock, self.use(policy) as model, self.placement.autocast():
             return generate_batch(model, self.tokenizer, prompts, params)
+
+    def sample(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
+    ) -> tuple[list[Generation], list[list[float]]]:
+        """The lean engine (masrl.rollout.decode): generations and each token's sampling log-prob.
+
+        With LoRA it samples from a merged copy of the weights, re-merged here
+        whenever the policy's adapter changed since the last call; full
+        fine-tuning samples from the trained weights themselves."""
+        from masrl.rollout.decode import MergedWeights, sample_batch
+
+        with self._lock, self.placement.autocast():
+            if self.lora is None:
+                with self.use(policy) as model:
+                    return sample_batch(model, self.tokenizer, prompts, params)
+            if self._merged is None:
+                self._merged = MergedWeights(self.model)
+            self._merged.sync(policy)
+            return sample_batch(self._merged.model, self.tokenizer, prompts, params)
 
     # ---- log-probs for the update ---------------------------------------------
     def response_logprobs(
@@ -260,18 +286,77 @@ class PolicyModel:
         responses: Sequence[Sequence[int]],
         policy: str | None,
         temperature: float = 1.0,
+        share_prompts: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs of each response token: ([B, R] float, [B, R] mask).
 
         Grad flows when called under grad mode. Pass a micro-batch: the logits
-        kept are [B, R+1, V] for the response positions only.
+        kept are [B, R+1, V] for the response positions only. With
+        `share_prompts` rows with the same prompt run it once (see
+        `_shared_prompt_logprobs`).
         """
+        if share_prompts and self._can_share(prompts):
+            return self._shared_prompt_logprobs(prompts, responses, policy, temperature)
         ids, attn, pos, p_len, r_len = self._layout(prompts, responses)
         with self.use(policy) as model, self.placement.autocast():
             out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_len + 1, use_cache=False)
         logits = out.logits[:, :-1]  # [B, R, V]: position P-1+j predicts response token j
         logp = token_logprobs(logits, ids[:, p_len:], temperature)  # [B, R]
         return logp, attn[:, p_len:].to(logp.dtype)
+
+    def _can_share(self, prompts: Sequence[Sequence[int]]) -> bool:
+        """Sharing pays when some prompt repeats; checkpointing recomputes layers and turns the KV cache off."""
+        gc = getattr(self.model, "is_activation_checkpointing", False) and self.model.training
+        return not gc and len({tuple(p) for p in prompts}) < len(prompts)
+
+    def _shared_prompt_logprobs(
+        self,
+        prompts: Sequence[Sequence[int]],
+        responses: Sequence[Sequence[int]],
+        policy: str | None,
+        temperature: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same log-probs, each distinct prompt run once (GRPO's G responses share their prompt).
+
+        Pass 1 runs the U distinct prompts (left-padded) and keeps their keys and
+        values; the cache is gathered to the B rows (`owner`: row -> its prompt),
+        and pass 2 runs the right-padded responses against it. Gradients flow
+        through the gather into the prompt pass, summing over a prompt's rows, so
+        log-probs and gradients equal the one-pass layout's (float rounding aside;
+        tests/test_shared_prompt.py). The prompt's last logits predict response
+        token 0; response position j predicts token j+1.
+        """
+        distinct: dict[tuple[int, ...], int] = {}
+        owner_list = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        uniq = list(distinct)
+        tok, device = self.tokenizer, self.placement.device
+        p_len, r_len = max(len(p) for p in uniq), max(max(len(r) for r in responses), 1)
+        p_ids = torch.full((len(uniq), p_len), tok.pad_token_id, dtype=torch.long)
+        p_attn = torch.zeros_like(p_ids)
+        for i, p in enumerate(uniq):
+            p_ids[i, p_len - len(p) :] = torch.tensor(p, dtype=torch.long)
+            p_attn[i, p_len - len(p) :] = 1
+        r_ids = torch.full((len(responses), r_len), tok.pad_token_id, dtype=torch.long)
+        r_attn = torch.zeros_like(r_ids)
+        for i, r in enumerate(responses):
+            r_ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+            r_attn[i, : len(r)] = 1
+        owner = torch.tensor(owner_list, dtype=torch.long, device=device)  # [B]
+        p_ids, p_attn, r_ids, r_attn = p_ids.to(device), p_attn.to(device), r_ids.to(device), r_attn.to(device)
+        p_pos = (p_attn.cumsum(-1) - 1).clamp(min=0)  # [U, P], as generate() numbers left-padded prompts
+        attn = torch.cat([p_attn[owner], r_attn], 1)  # [B, P+R]
+        r_pos = p_attn.sum(-1)[owner].unsqueeze(1) + torch.arange(r_len, device=device)  # [B, R]
+        with self.use(policy) as model, self.placement.autocast():
+            first = model(input_ids=p_ids, attention_mask=p_attn, position_ids=p_pos, use_cache=True, logits_to_keep=1)
+            cache = first.cache
+            cache.reorder_cache(owner)  # [U, H, P, D] -> [B, H, P, D]: index_select, differentiable
+            out = model(
+                input_ids=r_ids, attention_mask=attn, position_ids=r_pos, cache=cache, use_cache=True
+            )  # fmt: skip
+        head = token_logprobs(first.logits[owner], r_ids[:, :1], temperature)  # [B, 1]
+        rest = token_logprobs(out.logits[:, :-1], r_ids[:, 1:], temperature)  # [B, R-1]
+        logp = torch.cat([head, rest], 1)  # [B, R]
+        return logp, r_attn.to(logp.dtype)
 
     def response_hidden(
         self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], policy: str

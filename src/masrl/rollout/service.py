@@ -54,12 +54,15 @@ class ServiceStats:
 
 class GenerationService:
     def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, slots: int = 1,
-                 env=None):  # fmt: skip
+                 env=None, max_tokens: int | None = None):  # fmt: skip
         self._generate = generate
         self._env = env  # masrl.rollout.tree.EnvSteps: environment steps running off the loop, waited for
         self._remote = inspect.iscoroutinefunction(generate)
         self.max_batch = max_batch
         self.slots = slots  # batches in flight at once (a remote engine's workers)
+        # Rows x (longest prompt + max_new_tokens): what the batch's KV cache and prefill activations scale with
+        # (~46 KB of cache per token for SmolLM2-135M in float32). None: only max_batch counts.
+        self.max_tokens = max_tokens
         # How many event-loop rounds to wait for other coroutines to enqueue
         # before a batch is cut; each round costs microseconds.
         self._settle_rounds = settle_rounds
@@ -123,9 +126,18 @@ class GenerationService:
                 r.future.set_result(out)
 
     def _take_batch(self, limit: int) -> list[_Request]:
-        """The oldest request's (policy, params) group, up to `limit`."""
+        """The oldest request's (policy, params) group, up to `limit` rows and max_tokens (at least one row)."""
         key = (self._pending[0].policy, self._pending[0].params)
-        batch = [r for r in self._pending if (r.policy, r.params) == key][:limit]
+        batch: list[_Request] = []
+        width = 0
+        for r in self._pending:
+            if (r.policy, r.params) != key:
+                continue
+            wider = max(width, len(r.prompt) + r.params.max_new_tokens)
+            if batch and (len(batch) == limit or (self.max_tokens and wider * (len(batch) + 1) > self.max_tokens)):
+                break
+            batch.append(r)
+            width = wider
         taken = {id(r) for r in batch}
         self._pending = [r for r in self._pending if id(r) not in taken]
         return batch
