@@ -79,15 +79,20 @@ def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
 
 
 @torch.no_grad()
-def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-    """One batched `generate` call: left padding, KV cache, stop strings."""
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts as one left-padded batch: ids [B, T] and the attention mask [B, T]."""
     width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
         mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(model.device), mask.to(model.device)
+    return ids.to(device), mask.to(device)
+
+
+def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    """One batched `generate` call: left padding, KV cache, stop strings."""
+    ids, mask = left_pad(prompts, tokenizer.pad_token_id, model.device)
     kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if params.greedy:
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -104,7 +109,7 @@ def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: S
             torch.manual_seed(params.seed)
         out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, return_dict_in_generate=True,
                              output_logits=params.logprobs, **kwargs)  # fmt: skip
-    rows = out.sequences[:, width:]  # [B, R]
+    rows = out.sequences[:, ids.shape[1] :]  # [B, R]: what follows the padded prompts
     rows_out = [finish_row(tokenizer, row.tolist(), params) for row in rows.cpu()]
     if not params.logprobs:
         return rows_out

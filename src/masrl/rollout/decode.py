@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from masrl.agents.policy import Generation, SamplingParams, finish_row
+from masrl.agents.policy import Generation, SamplingParams, finish_row, left_pad
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -71,13 +71,7 @@ def sample_batch(
     device = next(model.parameters()).device
     distinct: dict[tuple[int, ...], int] = {}
     owner = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)  # [B]
-    width = max(len(p) for p in distinct)
-    ids = torch.full((len(distinct), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(distinct):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask = left_pad(list(distinct), tokenizer.pad_token_id, device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]: positions as generate() numbers left-padded prompts
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
     cache = out.cache
