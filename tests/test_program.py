@@ -152,6 +152,17 @@ def make_system(command: list[str], **kw) -> tuple[ProgramSystem, object]:
     return ProgramSystem(cfg, task), task
 
 
+def program_and_system():
+    """The solver-and-checker team twice: as the example program and as the System in as_system.py."""
+    sys.path.insert(0, str(SOLVER_CHECKER))
+    try:
+        import as_system
+    finally:
+        sys.path.remove(str(SOLVER_CHECKER))
+    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")])
+    return system, as_system.SolverChecker(task), task
+
+
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory):
     cfg = config(tmp_path_factory.mktemp("run") / "run", SOLVER_CHECKER / "solver_checker.py")
@@ -240,13 +251,7 @@ def test_replay_detects_a_program_that_is_not_deterministic(tiny_engine):
 def test_a_deterministic_program_replays_the_system_s_tree(tiny_engine):
     """Greedy replies make both deterministic: the program's per-turn tree, grown by replay, is the
     tree the same team written as a masrl System samples (same ids, prompts, tokens, rewards)."""
-    sys.path.insert(0, str(SOLVER_CHECKER))
-    try:
-        import as_system
-    finally:
-        sys.path.remove(str(SOLVER_CHECKER))
-    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")])
-    team = as_system.SolverChecker(task)
+    system, team, task = program_and_system()
     for item in task.items("train", 0, 2):
         ours = asyncio.run(expand(system, tiny_engine.eval_agents, item, PerTurnGreedy(2)))
         theirs = asyncio.run(expand(team, tiny_engine.eval_agents, item, PerTurnGreedy(2)))
@@ -261,13 +266,7 @@ def _shape(episode):
 
 def test_the_program_and_the_system_give_the_same_samples(tiny_engine):
     """Sampling at temperature 1 from the same seed, one run at a time: same tokens, same rewards."""
-    sys.path.insert(0, str(SOLVER_CHECKER))
-    try:
-        import as_system
-    finally:
-        sys.path.remove(str(SOLVER_CHECKER))
-    system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")])
-    team = as_system.SolverChecker(task)
+    system, team, task = program_and_system()
     items = task.items("train", 0, 3)
     out = []
     for s in (system, team):
