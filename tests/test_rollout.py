@@ -179,19 +179,25 @@ def test_a_failing_agent_fails_only_its_branch():
     assert set(tree_q(ep)) == {"0", "0.0", "2", "2.0"}
 
 
+class ServiceAgent:
+    """A solver whose every call goes through `service` (its prompt: the message length)."""
+
+    name = "solver"
+
+    def __init__(self, service: GenerationService):
+        self.service = service
+
+    async def __call__(self, messages):
+        gen = await self.service.generate([len(messages[-1].content)], SAMPLE, "p")
+        return Reply(text=gen.text, tokens_in=1, tokens_out=1, cost=0.0)
+
+
 def test_rollout_expands_every_task_and_batches_through_the_service():
     fake = FakeGenerate()
     service = GenerationService(fake)
 
-    class ServiceAgent:
-        name = "solver"
-
-        async def __call__(self, messages):
-            gen = await service.generate([len(messages[-1].content)], SAMPLE, "p")
-            return Reply(text=gen.text, tokens_in=1, tokens_out=1, cost=0.0)
-
     tasks = [TaskItem(id=f"t{i}", question="q" * (i + 1), answer="a") for i in range(3)]
-    episodes = asyncio.run(rollout(TwoTurnSystem(), {"solver": ServiceAgent()}, tasks, Parallel(2)))
+    episodes = asyncio.run(rollout(TwoTurnSystem(), {"solver": ServiceAgent(service)}, tasks, Parallel(2)))
     assert [ep.task.id for ep in episodes] == ["t0", "t1", "t2"]
     assert all(len(ep.calls) == 4 for ep in episodes)
     # All 6 first-turn calls share one batch; all 6 second-turn calls the next.
@@ -250,13 +256,6 @@ def test_env_steps_on_threads_leave_the_loop_free_and_the_batches_full():
         service = GenerationService(fake, env=env)
         system = BlockingSystem(wait)
 
-        class ServiceAgent:
-            name = "solver"
-
-            async def __call__(self, messages):
-                gen = await service.generate([len(messages[-1].content)], SAMPLE, "p")
-                return Reply(text=gen.text, tokens_in=1, tokens_out=1, cost=0.0)
-
         async def main():
             async def heartbeat():  # runs only if the loop is free while a step blocks
                 while True:
@@ -266,7 +265,7 @@ def test_env_steps_on_threads_leave_the_loop_free_and_the_batches_full():
 
             beat = asyncio.get_running_loop().create_task(heartbeat())
             tasks = [TaskItem(id=f"t{i}", question="q" * (i + 1), answer="a") for i in range(3)]
-            out = await rollout(system, {"solver": ServiceAgent()}, tasks, Parallel(2), env=env)
+            out = await rollout(system, {"solver": ServiceAgent(service)}, tasks, Parallel(2), env=env)
             beat.cancel()
             return out
 
