@@ -147,6 +147,10 @@ def _train(args) -> int:
         print(f"masrl: training stopped: {exc}", file=sys.stderr)
         return 1
     print(f"masrl: run directory {run_dir}")
+    from masrl import distributed
+
+    if distributed.launched():  # one rank of torchrun's group: skip the teardown that gloo can abort in
+        distributed.leave_now()
     return 0
 
 
