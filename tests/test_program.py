@@ -23,9 +23,10 @@ from masrl.engine import build_engine
 from masrl.rollout.tree import Parallel, PerTurnGreedy, expand, rollout
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.runner import parse_last_line
-from masrl.systems.program.system import ProgramSystem, fault_metrics
+from masrl.systems.program.system import ProgramSystem, checked, fault_metrics
 from masrl.tasks import build_task
 from masrl.train import score
+from masrl.types import TaskItem
 from smoke import tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +68,19 @@ def test_the_last_line(stdout, expected):
 
 
 # ---------------------------------------------------------------- both examples train
+@pytest.mark.parametrize(
+    "answer, expected",
+    [("19", 1.0), (19, 1.0), ("20 - 1 = 19", 1.0), ("<answer>19</answer>", 1.0), ("Answer: 19", 1.0),
+     ("20 - 1 = 18", 0.0), ("", 0.0), (None, 0.0),
+     ("<answer>18</answer> <answer>19</answer>", 0.0),  # a hedge states no answer: listing candidates earns nothing
+     ("19 or maybe 20", 0.0)],  # the last number is the answer
+)
+def test_a_run_s_answer_is_read_out_as_a_reply_is(answer, expected):
+    task = build_task(load_config("examples/program-solver-checker/config.yaml").task)
+    item = TaskItem("t", "Calculate 20 - 1.", "19")
+    assert checked(task, item, None if answer is None else str(answer)) == expected
+
+
 def test_the_openai_client_example_trains_two_steps(run_dir):
     assert main(["train", str(SOLVER_CHECKER / "config.yaml"),
                  *overrides(run_dir, SOLVER_CHECKER / "solver_checker.py")]) == 0  # fmt: skip

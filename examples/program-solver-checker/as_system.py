@@ -55,7 +55,8 @@ class SolverChecker:
             done = not new.sent_back
         if not done:
             return Transition(new)
-        correct = float(self.task.score(state.item, new.draft or ""))
+        found = self.task.extract_answer(new.draft) if new.draft else None  # what the program's answer is scored on
+        correct = float(self.task.score(state.item, found)) if found is not None else 0.0
         rewards = {"correct": correct, "final": correct}
         return Transition(new, action=new.draft, rewards=rewards, reward=correct, done=True)
 

@@ -158,7 +158,7 @@ class ProgramSystem:
         return [call]
 
     def final_rewards(self, item: TaskItem, outcome: Outcome) -> dict[str, float]:
-        correct = float(self.task.score(item, outcome.answer or ""))
+        correct = checked(self.task, item, outcome.answer)
         out = {"correct": correct}
         final = self.config.correct_weight * correct
         if outcome.reward is not None:
@@ -171,6 +171,16 @@ class ProgramSystem:
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
         """Failed runs per reason (`program/failed_<reason>`) and in all; depends on the episodes alone."""
         return fault_metrics(episodes)
+
+
+def checked(task, item: TaskItem, answer: str | None) -> float:
+    """The task's score of a run's answer, read out of it as out of any model reply.
+
+    A program may print the final reply as it is ("20 - 1 = 19"): the task's own
+    extraction (for math: an <answer> tag, a box, an "Answer:" line, else the last
+    number) finds the answer in it, as every built-in system does before scoring."""
+    found = task.extract_answer(answer) if answer else None
+    return float(task.score(item, found)) if found is not None else 0.0
 
 
 def failed_call(call_id: str, parent: str | None, turn: int, reason: str) -> Call:
