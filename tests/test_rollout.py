@@ -244,9 +244,17 @@ class BlockingSystem(TwoTurnSystem):
         self.wait = wait
         self.loop_alive = threading.Event()
         self.alive: list[bool] = []
+        self.stepping = 0  # steps blocking now; the heartbeat counts only beats that happen during one
+        self.lock = threading.Lock()
 
     def advance(self, state, step, reply):
-        self.alive.append(self.loop_alive.wait(timeout=self.wait))
+        with self.lock:
+            self.stepping += 1
+        try:
+            self.alive.append(self.loop_alive.wait(timeout=self.wait))
+        finally:
+            with self.lock:
+                self.stepping -= 1
         return super().advance(state, step, reply)
 
 
@@ -260,7 +268,7 @@ def test_env_steps_on_threads_leave_the_loop_free_and_the_batches_full():
             async def heartbeat():  # runs only if the loop is free while a step blocks
                 while True:
                     await asyncio.sleep(0.001)
-                    if env is None or env.running:
+                    if system.stepping:
                         system.loop_alive.set()
 
             beat = asyncio.get_running_loop().create_task(heartbeat())
@@ -278,7 +286,7 @@ def test_env_steps_on_threads_leave_the_loop_free_and_the_batches_full():
         threaded_alive, threaded_batches, threaded_eps = run(env, wait=30.0)
     finally:
         env.close()
-    assert inline_alive[0] is False  # on the loop, the first step blocked it: the heartbeat never ran
+    assert inline_alive == [False] * 12  # on the loop, every step blocked it: no beat ever fell during one
     assert len(threaded_alive) == 12 and all(threaded_alive)  # on threads, the loop ran during every step
     assert inline_batches == threaded_batches == [6, 6]  # and each turn's calls still share one batch
     assert [len(ep.calls) for ep in threaded_eps] == [len(ep.calls) for ep in inline_eps] == [4, 4, 4]
