@@ -73,6 +73,25 @@ def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_co
     assert not ray.is_initialized()  # the run shut its workers and Ray down
 
 
+def test_a_resumed_worker_run_samples_what_the_uninterrupted_run_samples(tiny_config, tmp_path, ray_dir, monkeypatch):
+    """1 worker, 4 steps straight vs. killed after step 3 (checkpoint at 2) and resumed: the worker's
+    sampling generator is in the checkpoint, so steps 3-4 draw the same tokens (without it the restarted
+    worker would start its stream over)."""
+    from test_train import Crash, crash_after_logging
+
+    args = (*PARITY, "rollout.workers=1", "trainer.steps=4", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=3")
+    straight = train(tiny_config(*args, f"run.dir={tmp_path / 'straight'}"))
+    crashed = tmp_path / "crashed"
+    with monkeypatch.context() as patch, pytest.raises(Crash):
+        crash_after_logging(patch, at_step=3)
+        train(tiny_config(*args, f"run.dir={crashed}"))
+    assert (crashed / "checkpoints" / "step_000002" / "rng_workers.pt").exists()
+    train(None, resume=crashed)
+    assert [s[0] for s in samples(crashed)] == [s[0] for s in samples(straight)] and samples(crashed)[-1][0] == 4
+    assert samples(crashed) == samples(straight)
+    assert [comparable(r) for r in records(crashed)] == [comparable(r) for r in records(straight)]
+
+
 @pytest.mark.slow
 def test_two_workers_share_the_batches_and_the_run_trains(tiny_config, tmp_path, ray_dir):
     run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray2'}", "rollout.workers=2", "trainer.steps=2"))

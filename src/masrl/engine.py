@@ -65,6 +65,16 @@ class Engine:
         for remote, base in self.remotes:
             remote.publish(version, {p: base.state_dict(p) for p in base.policies})
 
+    def remote_rng_states(self) -> list | None:
+        """The rollout workers' sampling generators (one list per remote engine), None without workers."""
+        states = [remote.rng_states() for remote, _ in self.remotes if hasattr(remote, "rng_states")]
+        return states or None
+
+    def load_remote_rng_states(self, states: list) -> None:
+        remotes = [remote for remote, _ in self.remotes if hasattr(remote, "load_rng_states")]
+        for remote, state in zip(remotes, states):
+            remote.load_rng_states(state)
+
     def close(self) -> None:
         for remote, _ in self.remotes:
             remote.close()

@@ -499,6 +499,9 @@ def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
     for learner in engine.learners.values():
         files.update(learner.checkpoint_files())
     files["rng.pt"] = lambda path: torch.save(rngs[0], path)
+    workers = engine.remote_rng_states()
+    if workers is not None:  # rollout workers sample with generators of their own
+        files["rng_workers.pt"] = lambda path: torch.save(workers, path)
     if len(rngs) > 1:  # ranks > 0 draw only for dropout, but a resumed run restores them too
         files["rng_ranks.pt"] = lambda path: torch.save(rngs, path)
     meta = {"data_position": step * engine.config.trainer.batch_size}
@@ -514,6 +517,8 @@ def _restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
         learner.load(ckpt, weights_only=weights_only)
     if not weights_only:
         restore_rng(_rng_state(ckpt, distributed.rank()))
+        if (ckpt / "rng_workers.pt").exists():
+            engine.load_remote_rng_states(torch.load(ckpt / "rng_workers.pt", weights_only=False))
     meta = read_meta(ckpt)
     state = meta.get("system")
     if state is not None and hasattr(engine.system, "load_state_dict"):

@@ -25,7 +25,12 @@ the step goes on. Nothing waits without a timeout.
 Each worker samples from its own torch generator: worker 0 starts from the
 trainer's generator state at build time, so one worker with the in-process
 batch cuts draws exactly the samples the in-process path draws (tested);
-worker i > 0 is seeded with run.seed + 1000 * i.
+worker i > 0 is seeded with run.seed + 1000 * i. Checkpoints hold every
+worker's generator (`rng_workers.pt`) and a resumed run gives them back, so a
+synchronous 1-worker run resumes exactly (tested). With several workers the
+batches go to whichever is least busy, so which generator samples which batch
+depends on timing: such runs are not reproducible token for token, resumed or
+not. A worker that Ray restarts starts its generator over from its seed.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -75,6 +81,12 @@ class RolloutWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def rng_state(self) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        torch.set_rng_state(state)
 
     def node(self) -> str:
         import ray
@@ -141,6 +153,22 @@ class RayWorkers:
 
         self._refs = [ray.put({p: {k: v.detach().cpu() for k, v in s.items()} for p, s in states.items()})]
         self.version = version
+
+    def rng_states(self) -> list[torch.Tensor]:
+        """Each worker's sampling generator, for the checkpoint (between steps: no batch in flight)."""
+        import ray
+
+        return ray.get([a.rng_state.remote() for a in self.actors], timeout=self.timeout_s)
+
+    def load_rng_states(self, states: Sequence[torch.Tensor]) -> None:
+        """Set each worker's generator to a checkpoint's, so a resumed run samples what it would have."""
+        import ray
+
+        if len(states) != len(self.actors):
+            print(f"masrl: the checkpoint holds {len(states)} workers' generators for {len(self.actors)} workers; "
+                  "workers keep their fresh seeds", file=sys.stderr)  # fmt: skip
+            return
+        ray.get([a.set_rng_state.remote(st) for a, st in zip(self.actors, states)], timeout=self.timeout_s)
 
     def pids(self) -> list[int]:
         """Each worker's process id, waiting (up to timeout_s) for one that Ray is restarting."""
