@@ -73,6 +73,7 @@ def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_co
     assert not ray.is_initialized()  # the run shut its workers and Ray down
 
 
+@pytest.mark.slow  # three runs, each starting Ray: over the default run's minute for Ray tests
 def test_a_resumed_worker_run_samples_what_the_uninterrupted_run_samples(tiny_config, tmp_path, ray_dir, monkeypatch):
     """1 worker, 4 steps straight vs. killed after step 3 (checkpoint at 2) and resumed: the worker's
     sampling generator is in the checkpoint, so steps 3-4 draw the same tokens (without it the restarted
