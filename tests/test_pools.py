@@ -9,15 +9,21 @@ import pytest
 from masrl.agents.base import Agent, approx_tokens
 from masrl.pools.champ import grade_summary
 from masrl.pools.simulated import (
+    CONSISTENT,
+    VISIBLE,
+    DraftStyle,
     ItemIndex,
     SimulatedAgent,
     calibration_items,
     correct_probability,
+    draft_style,
     difficulty_score,
     expected_accuracy,
     measure_accuracy,
     simulated_pool,
+    visible_draft,
 )
+from masrl.pools.slips import check_draft
 from masrl.tasks.math import MathTask, MixedMathTask, extract_math_answer, math_equal
 from masrl.types import AgentError, Message, Price, TaskItem
 
@@ -169,6 +175,68 @@ def test_drafts_end_in_gold_or_in_a_number_that_is_not_gold(pool, items):
                 wrong += 1
                 assert answer and not math_equal(item.answer, answer), (item.answer, reply.text)
     assert wrong > 200
+
+
+# ---- visible drafts ----------------------------------------------------------------
+
+
+def test_visible_drafts_show_a_slip_in_exactly_the_wrong_drafts_drawn_visible(items):
+    """Right drafts: every line true, the answer the last line's value. Wrong drafts: a checkable slip
+    (check_draft) with probability visible_rate, split between false steps and answer mismatches by
+    false_step_share; the rest work out a misread expression with nothing to see."""
+    style = DraftStyle(visible_rate=0.6, false_step_share=0.75)
+    weak = SimulatedAgent("sim-weak", 0.5, Price(), seed=0, task=items, drafts=style)
+    right = wrong = visible = false_steps = 0
+    for item in items:
+        for attempt in range(3):
+            reply = weak.reply_for(item, (Message("user", item.question),), attempt)
+            answer = extract_math_answer(reply.text)
+            report = check_draft(reply.text, answer)
+            assert report.equations >= 1, reply.text
+            if weak.is_correct(item, attempt):
+                right += 1
+                assert math_equal(item.answer, answer) and not report.visible, reply.text
+                continue
+            wrong += 1
+            assert answer and not math_equal(item.answer, answer), reply.text
+            visible += report.visible
+            false_steps += report.false_steps > 0
+    assert right > 200 and wrong > 400
+    # binomial: 3 standard deviations of the share at these counts
+    assert abs(visible / wrong - 0.6) < 3 * (0.6 * 0.4 / wrong) ** 0.5
+    assert abs(false_steps / visible - 0.75) < 3 * (0.75 * 0.25 / visible) ** 0.5
+
+
+def test_a_false_step_is_carried_into_every_later_line():
+    item = TaskItem("t/1", "Calculate ( 14 + 30 ) * 2 - 8.", "80", {"expression": "( 14 + 30 ) * 2 - 8"})
+    drafts = {}
+    for seed in range(60):  # draw until each slipped step appears
+        text = visible_draft(item, False, (seed, "w", item.id, item.question, 0), DraftStyle(1.0, 1.0), None)
+        lines = [line for line in text.splitlines() if "=" in line and "<answer>" not in line]
+        first_false = next(i for i, line in enumerate(lines) if not check_draft(line, None).false_steps == 0)
+        drafts.setdefault(first_false, text)
+        # every later line starts from the value the line before wrote
+        for before, after in zip(lines, lines[1:]):
+            assert after.split(" ")[0] == before.split("= ")[-1], text
+        assert extract_math_answer(text) == lines[-1].split("= ")[-1]
+    assert set(drafts) == {0, 1, 2}
+
+
+def test_the_draft_style_changes_the_text_never_the_draw(items):
+    plain = SimulatedAgent("sim-medium", 1.62, Price(), seed=3, task=items)
+    shown = SimulatedAgent("sim-medium", 1.62, Price(), seed=3, task=items, drafts=VISIBLE)
+    assert plain.drafts is CONSISTENT
+    for item in items[:120]:
+        a, b = (agent.reply_for(item, (Message("user", item.question),), 0).text for agent in (plain, shown))
+        assert "Reading the expression as" in a and "Reading the expression as" not in b
+        assert math_equal(item.answer, extract_math_answer(a)) == math_equal(item.answer, extract_math_answer(b))
+
+
+def test_draft_style_by_name():
+    assert draft_style("consistent") is CONSISTENT and draft_style("visible") is VISIBLE
+    assert draft_style("visible", 0.25) == DraftStyle(0.25, VISIBLE.false_step_share)
+    with pytest.raises(ValueError, match="unknown draft style"):
+        draft_style("loud")
 
 
 def test_cost_is_price_on_counted_tokens(items):

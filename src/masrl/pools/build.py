@@ -20,9 +20,9 @@ from masrl.types import Price
 
 def build_pool(p: PoolConfig, task) -> dict[str, Agent]:
     if p.kind == "simulated":
-        from masrl.pools.simulated import simulated_pool
+        from masrl.pools.simulated import draft_style, simulated_pool
 
-        return dict(simulated_pool(p.simulated, seed=p.seed, task=task))
+        return dict(simulated_pool(p.simulated, seed=p.seed, task=task, drafts=draft_style(p.drafts, p.visible_rate)))
     if p.kind == "champ":
         from masrl.pools.champ import load_champ_pool
 

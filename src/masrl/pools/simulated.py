@@ -66,6 +66,26 @@ agents (the paper states no prices; these are illustrative per-token prices,
 not any provider's). On other generators the same abilities give other
 accuracies: the pool is calibrated for basic_arithmetic only.
 
+Visible drafts (``drafts: visible``, `DraftStyle`, `visible_draft`). The original drafts above
+hide their errors: every wrong draft is internally consistent but for its last line. Real models'
+wrong answers more often show where they went wrong, and how often was measured with the checker
+every draft is held to (`masrl.pools.slips.check_draft`; `scripts/draft_slips.py`):
+
+    source                                               wrong  visible  of them false steps
+    SmolLM2-135M-Instruct on basic_arithmetic            214    0.621    0.940   (the rest: answer
+      (80 train items per level, router agent prompt,                            does not match the
+      temperature 0.7, 160 tokens, seed 0)                                       last line)
+    recorded CHAMP solutions (4 models, 270 problems)    704    0.190    0.343
+
+SmolLM2's right answers showed a slip in 0.115 of cases (3 of 26); CHAMP's right ones in 0.239, more
+than its wrong ones: on competition problems the errors are in the reasoning, and a number that does
+not match the last line says little. So the rate comes from the arithmetic drafts of the one real
+small model that runs offline: `VISIBLE` shows a slip in 62% of wrong drafts, a false step in 94% of
+those (one operation's result written wrong and carried on) and an answer that does not match the
+last line in the rest; the other wrong drafts work out a misread expression (an operator or a digit
+read wrongly) with every line true. Right drafts never show a slip. Every visible draft writes one
+line per operation, negations of a group included, and no restatement of the expression.
+
 Wrong answers differ from the gold under `math_equal` by construction: an
 off-by-one, a sign error, a digit slip, a dropped or extra digit, or (for
 arithmetic) the same expression evaluated with one operator swapped; the
@@ -83,7 +103,8 @@ import hashlib
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -95,6 +116,35 @@ DISCRIMINATION = 1.5  # the 2PL slope `a`
 ITEM_NOISE = 0.5  # std of the latent per-item difficulty offset
 DEFAULT_DIFFICULTY = 1.0  # an item with no usable difficulty metadata
 WRONG_KINDS = ("off_by_one", "sign", "digit_slip", "magnitude", "wrong_operation")
+SLIP_KINDS = ("off_by_one", "digit_slip", "magnitude", "sign")  # how one written number goes wrong
+
+
+@dataclass(frozen=True)
+class DraftStyle:
+    """How a simulated agent writes its drafts.
+
+    ``visible_rate`` None: the original pool's *consistent* drafts (`consistent_draft`). A number:
+    *visible* drafts (`visible_draft`), where a wrong draft shows a checkable slip
+    (`masrl.pools.slips`) with this probability, a false step in `false_step_share` of those and an
+    answer that does not match the last line in the rest; the other wrong drafts work out a misread
+    expression without a slip. Right drafts never show a slip."""
+
+    visible_rate: float | None = None
+    false_step_share: float = 0.5
+
+
+CONSISTENT = DraftStyle()
+# Calibrated on SmolLM2-135M's own drafts of the same arithmetic (module docstring, "Visible drafts").
+VISIBLE = DraftStyle(visible_rate=0.62, false_step_share=0.94)
+
+
+def draft_style(kind: str = "consistent", visible_rate: float | None = None) -> DraftStyle:
+    """The named draft style, with its visible rate overridden when given."""
+    if kind == "consistent":
+        return CONSISTENT
+    if kind == "visible":
+        return VISIBLE if visible_rate is None else DraftStyle(visible_rate, VISIBLE.false_step_share)
+    raise ValueError(f"unknown draft style {kind!r}; valid: consistent, visible")
 
 
 # ---- difficulty and probability ---------------------------------------------
@@ -213,8 +263,10 @@ class SimulatedAgent:
         task: Any = None,
         discrimination: float = DISCRIMINATION,
         item_noise: float = ITEM_NOISE,
+        drafts: DraftStyle | None = None,
     ):
         self.name = name
+        self.drafts = drafts or CONSISTENT
         self.ability = float(ability)
         self.price = price
         self.seed = seed
@@ -264,17 +316,10 @@ class SimulatedAgent:
         """The reply to `messages` about `item` on the given attempt: pure and reproducible."""
         correct = self.is_correct(item, attempt)
         key = (self.seed, self.name, item.id, item.question, attempt)
-        if correct:
-            answer, steps = item.answer, _worked_steps(item, None)
-        else:
-            answer, steps = _wrong_answer(item, key)
-        expr = item.metadata.get("expression")
-        if steps and isinstance(expr, str):
-            # Every draft restates the expression, right or wrong: a line that
-            # only wrong drafts carried would let a verifier read correctness
-            # off the wording instead of checking the arithmetic.
-            steps = [f"Reading the expression as {expr.strip()}:"] + steps
-        text = _draft_text(item, answer, steps, _previous_answer(messages), key)
+        previous = _previous_answer(messages)
+        text = visible_draft(item, correct, key, self.drafts, previous) if self.drafts.visible_rate is not None else None
+        if text is None:  # consistent drafts (or an item visible drafts cannot write out)
+            text = consistent_draft(item, correct, key, previous)
         n_in = sum(approx_tokens(m.content) for m in messages) or approx_tokens(item.question)
         n_out = approx_tokens(text)
         return Reply(text=text, tokens_in=n_in, tokens_out=n_out, cost=self.price.cost(n_in, n_out))
@@ -332,20 +377,22 @@ def fit_ability(target: float, items: Sequence[TaskItem], discrimination: float 
     return (lo + hi) / 2
 
 
-def _pool(spec: Sequence[tuple[str, float, Price]], seed: int, task: Any) -> dict[str, SimulatedAgent]:
+def _pool(spec: Sequence[tuple[str, float, Price]], seed: int, task: Any, drafts: DraftStyle) -> dict[str, SimulatedAgent]:
     index = task if isinstance(task, ItemIndex) else ItemIndex(task)  # one index shared by the pool
-    return {name: SimulatedAgent(name, ability, price, seed, index) for name, ability, price in spec}
+    return {name: SimulatedAgent(name, ability, price, seed, index, drafts=drafts) for name, ability, price in spec}
 
 
-def three_pool(seed: int = 0, task: Any = None) -> dict[str, SimulatedAgent]:
-    return _pool(THREE, seed, task)
+def three_pool(seed: int = 0, task: Any = None, drafts: DraftStyle = CONSISTENT) -> dict[str, SimulatedAgent]:
+    return _pool(THREE, seed, task, drafts)
 
 
-def two_pool(seed: int = 0, task: Any = None) -> dict[str, SimulatedAgent]:
-    return _pool((THREE[0], THREE[2]), seed, task)
+def two_pool(seed: int = 0, task: Any = None, drafts: DraftStyle = CONSISTENT) -> dict[str, SimulatedAgent]:
+    return _pool((THREE[0], THREE[2]), seed, task, drafts)
 
 
-def simulated_pool(kind: str = "three", seed: int = 0, task: Any = None) -> dict[str, SimulatedAgent]:
+def simulated_pool(
+    kind: str = "three", seed: int = 0, task: Any = None, drafts: DraftStyle = CONSISTENT
+) -> dict[str, SimulatedAgent]:
     """A simulated pool, agents ordered weak to strong (dict order).
 
     `task` is where the agents find the item a conversation asks about: a
@@ -355,7 +402,7 @@ def simulated_pool(kind: str = "three", seed: int = 0, task: Any = None) -> dict
     """
     if kind not in POOLS:
         raise ValueError(f"unknown simulated pool {kind!r}; valid kinds: {', '.join(sorted(POOLS))}")
-    return POOLS[kind](seed=seed, task=task)
+    return POOLS[kind](seed=seed, task=task, drafts=drafts)
 
 
 # ---- reply text -----------------------------------------------------------------
@@ -366,6 +413,117 @@ _OPENERS = (
     "Breaking the problem into steps:",
 )
 _CLOSERS = ("So the answer is", "Therefore, the final answer is", "Putting it together, the answer is")
+
+
+def consistent_draft(item: TaskItem, correct: bool, key: tuple, previous: str | None) -> str:
+    """The original pool's draft: every line consistent with its answer except, when wrong, the last
+    step's result (an arithmetic slip a reader can find only by recomputing it) or the whole solution
+    of a misread expression."""
+    if correct:
+        answer, steps = item.answer, _worked_steps(item, None)
+    else:
+        answer, steps = _wrong_answer(item, key)
+    expr = item.metadata.get("expression")
+    if steps and isinstance(expr, str):
+        # Every draft restates the expression, right or wrong: a line that
+        # only wrong drafts carried would let a verifier read correctness
+        # off the wording instead of checking the arithmetic.
+        steps = [f"Reading the expression as {expr.strip()}:"] + steps
+    return _draft_text(item, answer, steps, previous, key)
+
+
+def visible_draft(item: TaskItem, correct: bool, key: tuple, style: DraftStyle, previous: str | None) -> str | None:
+    """A draft whose error, when it has one, shows as a checkable slip with probability
+    `style.visible_rate` (`DraftStyle`); None for an item without an arithmetic expression to work.
+
+    - right: one line per operation, in evaluation order, then the answer;
+    - wrong, visible, false step: one operation's result is slipped and carried on, so every later
+      line and the answer follow from it (a reader recomputing that line sees it);
+    - wrong, visible, answer mismatch: every line right, the answer a slip of the last line's value;
+    - wrong, hidden: the steps of a misread expression (one operator or one number read wrongly),
+      each line true and the answer the last line's value: nothing to see without the problem.
+
+    `masrl.pools.slips.check_draft` finds a slip in exactly the visible wrong drafts."""
+    expr = item.metadata.get("expression")
+    gold = _number(item.answer)
+    steps: list[str] = []
+    if not isinstance(expr, str) or gold is None or _evaluate(expr, steps, negations=True) != gold or not steps:
+        return None  # no expression, or one whose label is not its exact value (a few reasoning-gym divisions)
+    answer: Fraction | None = gold
+    if not correct:
+        if _uniform(*key, "visible") < (style.visible_rate or 0.0):
+            if _uniform(*key, "slip_form") < style.false_step_share:
+                answer, steps = _false_step(expr, gold, key)
+            else:
+                answer = _slipped(gold, (*key, "answer"))
+        else:
+            answer, steps = _misread(expr, gold, key)
+        if answer is None:  # no slip or misreading changes the result (rare): slip the answer itself
+            answer, steps = _slipped(gold, (*key, "answer")), _right_steps(expr)
+    return _draft_text(item, _format_number(answer, item.answer), steps, previous, key)
+
+
+def _right_steps(expr: str) -> list[str]:
+    steps: list[str] = []
+    _evaluate(expr, steps, negations=True)
+    return steps
+
+
+def _slipped(value: Fraction, key: tuple) -> Fraction:
+    """`value` written wrong: off by one, a digit slipped, a digit dropped or added, or the sign lost."""
+    start = _pick(key, "slip_kind", len(SLIP_KINDS))
+    for kind in SLIP_KINDS[start:] + SLIP_KINDS[:start]:
+        if kind == "off_by_one":
+            wrong: Fraction | None = value + (1 if _pick(key, "slip_sign", 2) else -1)
+        elif kind == "digit_slip":
+            wrong = _digit_slip(value, key)
+        elif kind == "magnitude":
+            wrong = value * 10 if abs(value) < 10 or _pick(key, "slip_mag", 2) else Fraction(int(value / 10))
+        else:
+            wrong = -value
+        if wrong is not None and wrong != value:
+            return wrong
+    return value + 1
+
+
+def _false_step(expr: str, gold: Fraction, key: tuple) -> tuple[Fraction | None, list[str]]:
+    """The steps with one operation's result slipped and carried on, starting with the operation
+    `key` picks and moving on while a slip cancels out (times 0); (None, []) if every one does."""
+    right: list[str] = []
+    _evaluate(expr, right, negations=True)
+    start = _pick(key, "slip_step", len(right))
+    for at in [*range(start, len(right)), *range(start)]:
+        steps: list[str] = []
+        value = _evaluate(expr, steps, slip=(at, lambda v: _slipped(v, (*key, "step"))), negations=True)
+        if value is not None and value != gold:
+            return value, steps
+    return None, []
+
+
+def _misread(expr: str, gold: Fraction, key: tuple) -> tuple[Fraction | None, list[str]]:
+    """The steps of `expr` read with one operator swapped, else one number's digit changed, trying
+    each operator and then each number from the ones `key` picks until the value differs from `gold`."""
+    ops = _pick(key, "op_index", 97)
+    readings = [_swap_operator(expr, ops + i) for i in range(4)]
+    readings += [_misread_number(expr, (*key, i)) for i in range(6)]
+    for mutated in readings:
+        steps: list[str] = []
+        value = _evaluate(mutated, steps, negations=True) if mutated else None
+        if value is not None and value != gold and steps:
+            return value, steps
+    return None, []
+
+
+def _misread_number(expr: str, key: tuple) -> str | None:
+    """`expr` with one digit of one of its numbers read as another digit."""
+    numbers = list(re.finditer(r"\d+", expr))
+    if not numbers:
+        return None
+    m = numbers[_pick(key, "misread_number", len(numbers))]
+    digits = list(m.group())
+    i = _pick(key, "misread_digit", len(digits))
+    digits[i] = str((int(digits[i]) + 1 + _pick(key, "misread_bump", 8)) % 10)
+    return expr[: m.start()] + str(int("".join(digits))) + expr[m.end() :]
 
 
 def _draft_text(item: TaskItem, answer: str, steps: list[str] | None, previous: str | None, key: tuple) -> str:
@@ -485,33 +643,52 @@ def _is_binary(tokens: list[str], i: int) -> bool:
     return bool(before) and before[-1] not in {"+", "-", "*", "/", "("}
 
 
-def _evaluate(expr: str, steps: list[str]) -> Fraction | None:
-    """Exact value of an arithmetic expression, appending one "a op b = c" line per operation."""
+Slip = tuple[int, Callable[[Fraction], Fraction]]  # (which operation, how its result is written wrong)
+
+
+def _evaluate(expr: str, steps: list[str], slip: Slip | None = None, negations: bool = False) -> Fraction | None:
+    """Exact value of an arithmetic expression, appending one "a op b = c" line per operation.
+
+    With `slip` = (i, wrong), operation i (in evaluation order) writes wrong(its result) and every
+    later operation works on that written value, as a person carries a slip forward. With
+    `negations`, negating a group is a line of its own ("-(14) = -14"), so every line follows from the
+    one before (the original pool's drafts leave it out)."""
     try:
         tree = ast.parse(expr.strip(), mode="eval").body
-        return _eval_node(tree, steps)
+        return _eval_node(tree, steps, slip, negations)
     except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
         return None
 
 
-def _eval_node(node: ast.AST, steps: list[str]) -> Fraction:
+def _eval_node(node: ast.AST, steps: list[str], slip: Slip | None = None, negations: bool = False) -> Fraction:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return Fraction(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner = _eval_node(node.operand, steps)
-        return -inner if isinstance(node.op, ast.USub) else inner
+        inner = _eval_node(node.operand, steps, slip, negations)
+        if not isinstance(node.op, ast.USub):
+            return inner
+        if not negations or isinstance(node.operand, ast.Constant):
+            return -inner
+        return _step(steps, f"-({_show(inner)})", -inner, slip)
     if isinstance(node, ast.BinOp):
         ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
         symbol = ops.get(type(node.op))
         if symbol is None:
             raise ValueError("unsupported operator")
-        left, right = _eval_node(node.left, steps), _eval_node(node.right, steps)
+        left, right = _eval_node(node.left, steps, slip, negations), _eval_node(node.right, steps, slip, negations)
         value = {"+": left + right, "-": left - right, "*": left * right}.get(symbol)
         if symbol == "/":
             value = left / right
-        steps.append(f"{_show(left)} {symbol} {_show(right)} = {_show(value)}")
-        return value
+        return _step(steps, f"{_show(left)} {symbol} {_show(right)}", value, slip)
     raise ValueError("unsupported expression")
+
+
+def _step(steps: list[str], lhs: str, value: Fraction, slip: Slip | None) -> Fraction:
+    """Write the line `lhs = value` (its value slipped when it is the slip's operation); the written value."""
+    if slip is not None and slip[0] == len(steps):
+        value = slip[1](value)
+    steps.append(f"{lhs} = {_show(value)}")
+    return value
 
 
 def _show(value: Fraction) -> str:
