@@ -16,12 +16,15 @@ from masrl.rollout.tree import FullTree, expand
 from masrl.systems.router.baselines import SingleAgentRouter
 from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
 from masrl.systems.router.rewards import (
+    REWARDS,
     Multipliers,
     RewardWeights,
     controller_reward,
     default_caps,
     default_multipliers,
     dual_ascent,
+    outcome_controller_reward,
+    outcome_routing_reward,
     routing_reward,
 )
 from masrl.systems.router.system import Action, RouterSystem, parse_action, path_weights, tree_usage
@@ -65,6 +68,21 @@ def test_later_turns_verify_and_reroute_only_upwards():
     assert parse_action("<verdict>maybe</verdict>", 2, 3, AGENTS, "weak").kind == "format_error"
 
 
+def test_numbered_labels_name_agents_by_position_weak_to_strong():
+    labels = ("1", "2", "3")
+    assert parse_action("<model>2</model>", 1, 3, AGENTS, None, labels) == Action("route", agent="medium")
+    assert parse_action("<model> 3 </model>", 1, 3, AGENTS, None, labels).agent == "strong"
+    for text in ("<model>4</model>", "<model>weak</model>", "<model>0</model>"):
+        assert parse_action(text, 1, 3, AGENTS, None, labels).kind == "format_error"
+    assert parse_action("<verdict>False</verdict><model>3</model>", 2, 3, AGENTS, "weak", labels).agent == "strong"
+    assert parse_action("<verdict>False</verdict><model>1</model>", 2, 3, AGENTS, "medium", labels).kind == "format_error"
+    system = RouterSystem(None, AGENTS, Multipliers(dict(XI), default_caps(AGENTS)), labels="numbers")
+    route = system.controller_messages(system.start(TaskItem("t", "Calculate 2 + 2.", "4")))
+    assert "<model>1</model> weak, <model>2</model> medium, <model>3</model> strong." in route[1].content
+    assert route[-1].content == "<model>"
+    assert [system.label(a) for a in AGENTS] == ["1", "2", "3"]
+
+
 def test_parser_never_raises_on_garbage():
     rng = random.Random(0)
     alphabet = "<>/modelverdictTrueFalse weakstrongmedium\n\"'"
@@ -82,8 +100,8 @@ def test_turn_one_has_no_verification_reward_and_pays_the_usage_penalty():
     terms = controller_reward(Action("route", agent="strong"), 1, None, XI, W)
     assert terms == {"verification": 0.0, "penalty": 0.5, "format_error": 0.0, "reward": -0.25}  # 0.5 * (-2 * 0.25)
     # the routing half arrives with the draft: 0.5 * R_r
-    assert routing_reward(True, W) == {"routing": 1.0, "reward": 0.5}
-    assert routing_reward(False, W) == {"routing": 0.0, "reward": 0.0}
+    assert routing_reward(True, False, W) == {"routing": 1.0, "reward": 0.5}
+    assert routing_reward(False, False, W) == {"routing": 0.0, "reward": 0.0}
 
 
 def test_verification_reward_matches_the_drafts_truth():
@@ -105,6 +123,55 @@ def test_last_turn_and_no_agent_have_no_routing_term():
 def test_format_error_earns_nothing():
     terms = controller_reward(Action("format_error", verdict=False), 2, False, XI, W)
     assert terms == {"verification": 0.0, "penalty": 0.0, "format_error": 1.0, "reward": 0.0}
+
+
+def test_outcome_reward_pays_the_final_draft_once_and_every_usage_penalty():
+    route = outcome_controller_reward(Action("route", verdict=False, agent="strong"), 2, False, XI, W)
+    assert route["reward"] == pytest.approx(-0.5 * 2 * 0.25) and route["verification"] == 1.0
+    # a stop earns the final draft's truth whatever the verdict; R_v is reported, not paid
+    assert outcome_controller_reward(Action("stop", verdict=True), 2, True, XI, W)["reward"] == 0.5
+    assert outcome_controller_reward(Action("stop", verdict=False), 3, True, XI, W)["reward"] == 0.5
+    wrong = outcome_controller_reward(Action("stop", verdict=False), 3, False, XI, W)
+    assert (wrong["reward"], wrong["verification"]) == (0.0, 1.0)
+    # a format failure ends the episode with the last draft (none at turn 1)
+    assert outcome_controller_reward(Action("format_error"), 2, True, XI, W)["reward"] == 0.5
+    assert outcome_controller_reward(Action("format_error"), 1, None, XI, W)["reward"] == 0.0
+    # a draft earns only when no controller turn follows it (T = 1)
+    assert outcome_routing_reward(True, False, W)["reward"] == 0.0 and outcome_routing_reward(True, True, W)["reward"] == 0.5
+    assert set(REWARDS) == {"paper", "outcome"}
+
+
+def _verdict_tree(reward: str):
+    """One item, a weak and a medium agent that are always right, a controller that routes to weak
+    and then alternates True / False at every node (so each node's two siblings differ)."""
+    item = TaskItem("t/1", "Calculate 2 + 3.", "5")
+    right = FunctionAgent("right", lambda m: "2 + 3 = 5 <answer>5</answer>")
+    said = []
+
+    def controller(messages):
+        if messages[-1].content == "<model>":
+            return "weak</model>"
+        said.append("True" if len(said) % 2 == 0 else "False")
+        return said[-1] + "</verdict>"
+
+    system = RouterSystem(MathTask("basic_arithmetic", seed=0), AGENTS, Multipliers(dict(XI), default_caps(AGENTS)),
+                          max_turns=3, reward=reward)
+    agents = {"controller": FunctionAgent("controller", controller), "weak": right, "medium": right, "strong": right}
+    ep = asyncio.run(expand(system, agents, item, FullTree(2)))
+    q = tree_q(ep, gamma=1.0)
+    turn2 = [c for c in ep.calls if c.role == "controller" and c.turn == 2]
+    return {c.action.kind if c.action.kind == "stop" else "reject": q[c.id] for c in turn2}
+
+
+def test_paper_reward_pays_more_for_rejecting_a_right_draft_and_outcome_does_not():
+    """Why `system.reward: outcome` exists (rewards.py): on a right draft, under the paper's reward
+    False + escalation earns a second R_r and R_v, more than the True that ends the episode."""
+    paper = _verdict_tree("paper")
+    # True: R_v = 1 -> 0.5. False: 0.5 (R_r 1 - 2 * 0.125) + mean(turn-3 True 0.5, False 0) = 0.375 + 0.25
+    assert paper == {"stop": pytest.approx(0.5), "reject": pytest.approx(0.625)}
+    outcome = _verdict_tree("outcome")
+    # True: the final draft is right -> 0.5. False: -0.125 + (turn 3 stops on a right draft either way) 0.5
+    assert outcome == {"stop": pytest.approx(0.5), "reject": pytest.approx(0.375)}
 
 
 def test_weights_are_configurable():

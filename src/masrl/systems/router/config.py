@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from masrl.pools.config import PoolConfig, check_pool
@@ -22,6 +24,13 @@ class RouterConfig(SystemSection):
     )
     dual_ascent: bool = Field(False, description="move xi between steps by dual ascent on measured usage vs rho")
     dual_lr: float = Field(0.5, gt=0.0, description="dual-ascent step size")
+    labels: Literal["names", "numbers"] = Field(
+        "names", description="what the controller writes for an agent: its name, or its number 1..K weak to strong"
+    )
+    reward: Literal["paper", "outcome"] = Field(
+        "paper", description="paper: R_r and R_v per action (sec. 3.2); outcome: the final draft's correctness once, "
+        "minus usage penalties (rewards.py says why)",
+    )
     routing_weight: float = Field(0.5, ge=0.0)
     verification_weight: float = Field(0.5, ge=0.0)
     baselines: list[str] = Field(

@@ -41,13 +41,12 @@ from dataclasses import dataclass, replace
 from masrl.rollout.tree import Step, Transition
 from masrl.systems.api import Built, match_agent
 from masrl.systems.router.rewards import (
+    REWARDS,
     Multipliers,
     RewardWeights,
-    controller_reward,
     default_caps,
     default_multipliers,
     dual_ascent,
-    routing_reward,
 )
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Reply, TaskItem
@@ -66,6 +65,22 @@ VERIFY_PROMPT = (
 )
 LAST_VERIFY_PROMPT = (
     "Check the solution from {author}. Reply <verdict>True</verdict> if it is correct, else <verdict>False</verdict>."
+)
+# Numbered options (`system.labels: numbers`): the controller writes 1..K, weak to strong, as the
+# budget controller does (budget/system.py): a 135M model copies a digit it was shown far more
+# reliably than a name. The options close the user turn, next to the decision, where the untrained
+# SmolLM2 put 0.86 of its first token's probability on a label (0.12 with them in the system prompt
+# and a "<model>N</model>" placeholder, which it copied; `scripts/router_probe.py`).
+ROUTE_SYSTEM_NUMBERED = "You route math problems to solvers, weakest and cheapest first."
+ROUTE_USER_NUMBERED = "Problem: {question}\n\nWho solves it? Reply with one number: {options}."
+VERIFY_SYSTEM_NUMBERED = (
+    "You check math solutions. A solution is wrong if a line's arithmetic is wrong or the answer does not "
+    "match the last line."
+)
+REDO_NUMBERED = " If it is wrong, a stronger solver redoes it."
+VERIFY_USER_NUMBERED = (
+    "Problem: {question}\n\nSolution from {author}:\n{draft}\n\nIs it right? Reply <verdict>True</verdict> or "
+    "<verdict>False</verdict>."
 )
 AGENT_PROMPT = "Solve the math problem. Show your steps briefly and end with the final answer as <answer>ANSWER</answer>."
 ESCALATION = (
@@ -89,7 +104,10 @@ _MODEL = re.compile(r"<model>\s*(.*?)\s*</model>", re.IGNORECASE | re.DOTALL)
 _VERDICT = re.compile(r"<verdict>\s*(true|false)\s*</verdict>", re.IGNORECASE)
 
 
-def parse_action(text: str, turn: int, max_turns: int, agents: Sequence[str], author: str | None) -> Action:
+def parse_action(
+    text: str, turn: int, max_turns: int, agents: Sequence[str], author: str | None,
+    labels: Sequence[str] | None = None,
+) -> Action:
     """The controller's decision in `text` at `turn` (1-based); never raises.
 
     `author` wrote the draft under review (None at turn 1). After a False
@@ -97,12 +115,13 @@ def parse_action(text: str, turn: int, max_turns: int, agents: Sequence[str], au
     next stronger agent takes over (a small model rarely writes a second tag
     untrained, so the common case needs none). Where no stronger agent
     exists, or at the last turn, a False verdict simply ends the episode.
+    `labels` are what the controller writes for each agent (default: the names).
     """
     if turn == 1:
         found = _MODEL.findall(text)
         if not found:
             return Action("format_error", reason="no <model> tag")
-        agent = match_agent(found[0], agents)
+        agent = _agent_named(found[0], agents, labels)
         if agent is None:
             return Action("format_error", reason=f"unknown agent {found[0][:40]!r}")
         return Action("route", agent=agent)
@@ -116,10 +135,18 @@ def parse_action(text: str, turn: int, max_turns: int, agents: Sequence[str], au
     found = _MODEL.findall(text)
     if not found:  # our protocol: a bare False hands the problem to the next stronger agent
         return Action("route", verdict=verdict, agent=stronger[0])
-    agent = match_agent(found[0], agents)
+    agent = _agent_named(found[0], agents, labels)
     if agent not in stronger:
         return Action("format_error", verdict=verdict, reason=f"{found[0][:40]!r} is not stronger than {author}")
     return Action("route", verdict=verdict, agent=agent)
+
+
+def _agent_named(written: str, agents: Sequence[str], labels: Sequence[str] | None) -> str | None:
+    """The agent whose label (or name, without labels) `written` refers to."""
+    if labels is None:
+        return match_agent(written, agents)
+    label = match_agent(written, labels)
+    return None if label is None else agents[list(labels).index(label)]
 
 
 # ---------------------------------------------------------------- rewards
@@ -144,6 +171,15 @@ class RouterSystem:
     prefill: bool = True  # start the controller's reply inside its tag
     agent_prompt: str = AGENT_PROMPT
     policy: str = CONTROLLER
+    labels: str = "names"  # "names": <model>NAME</model>; "numbers": <model>1..K</model>, weak to strong
+    reward: str = "paper"  # a key of rewards.REWARDS
+
+    def label(self, agent: str) -> str:
+        """What the controller writes for `agent`."""
+        return str(self.agents.index(agent) + 1) if self.labels == "numbers" else agent
+
+    def _labels(self) -> tuple[str, ...] | None:
+        return tuple(self.label(a) for a in self.agents) if self.labels == "numbers" else None
 
     def start(self, task: TaskItem) -> RouterState:
         return RouterState(task)
@@ -156,9 +192,17 @@ class RouterSystem:
 
     def controller_messages(self, state: RouterState) -> tuple[Message, ...]:
         q = state.task.question.strip()
-        if state.turn == 1:
+        if state.turn == 1 and self.labels == "numbers":
+            options = ", ".join(f"<model>{self.label(a)}</model> {a}" for a in self.agents)
+            system, user, tag = ROUTE_SYSTEM_NUMBERED, ROUTE_USER_NUMBERED.format(question=q, options=options), "<model>"
+        elif state.turn == 1:
             tags = ", ".join(f"<model>{a}</model>" for a in self.agents)
             system, user, tag = ROUTE_PROMPT.format(tags=tags), f"Problem: {q}", "<model>"
+        elif self.labels == "numbers":
+            last = state.turn >= self.max_turns or state.author == self.agents[-1]
+            system = VERIFY_SYSTEM_NUMBERED + ("" if last else REDO_NUMBERED)
+            user = VERIFY_USER_NUMBERED.format(question=q, author=state.author, draft=state.draft)
+            tag = "<verdict>"
         else:
             last = state.turn >= self.max_turns or state.author == self.agents[-1]
             template = LAST_VERIFY_PROMPT if last else VERIFY_PROMPT
@@ -180,8 +224,9 @@ class RouterSystem:
         if state.pending is not None:
             return self._agent_answered(state, reply)
         text = self._full_text(reply.text, state.turn)
-        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author)
-        terms = controller_reward(action, state.turn, state.draft_correct, self.multipliers.xi, self.weights)
+        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author, self._labels())
+        terms = REWARDS[self.reward].controller(action, state.turn, state.draft_correct, self.multipliers.xi,
+                                                self.weights)
         reward = terms.pop("reward")
         if action.kind != "route":
             final = {"correct": float(bool(state.draft_correct)), "turns": float(state.turn)}
@@ -192,7 +237,7 @@ class RouterSystem:
     def _agent_answered(self, state: RouterState, reply: Reply) -> Transition:
         answer = self.task_family.extract_answer(reply.text)
         correct = answer is not None and self.task_family.score(state.task, answer) > 0
-        terms = routing_reward(correct, self.weights)
+        terms = REWARDS[self.reward].routed(correct, state.turn >= self.max_turns, self.weights)
         reward = terms.pop("reward")
         nxt = RouterState(state.task, state.turn + 1, reply.text, correct, state.pending)
         if state.turn >= self.max_turns:  # T = 1, the single-turn router: route once, no verification
@@ -293,6 +338,6 @@ def build_router(config, task: Task) -> Built:
         lr=r.dual_lr,
     )
     weights = RewardWeights(r.routing_weight, r.verification_weight)
-    system = RouterSystem(task, names, multipliers, r.max_turns, weights, r.prefill)
+    system = RouterSystem(task, names, multipliers, r.max_turns, weights, r.prefill, labels=r.labels, reward=r.reward)
     return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</model>",))
 

@@ -1,0 +1,114 @@
+"""What a router controller would decide, read from its next-token probabilities (no sampling).
+
+Two probes, one forward pass each:
+
+- **Routing** (turn 1): P(each agent's label) right after the prefilled `<model>`, per
+  difficulty level of the task's items: the mean renormalised over the labels and how often
+  each label is the most likely one (what greedy evaluation picks).
+- **Verification** (turn 2): the weakest agent's draft of the same items in three versions, right,
+  wrong with a visible slip, wrong without one (the simulated pool's `visible_draft` with the
+  draft forced), and P(True) against P(False) right after the prefilled `<verdict>`: the mean
+  P(True) renormalised over the two and how often True is the more likely (the greedy verdict).
+
+    python scripts/router_probe.py default                       # the untrained controller
+    python scripts/router_probe.py runs/router --split eval      # a trained run's adapter
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from masrl.pools.simulated import DraftStyle, visible_draft
+from masrl.systems.router.system import CONTROLLER, RouterState
+
+FORCED = {"right": (True, None), "wrong, visible": (False, 1.0), "wrong, hidden": (False, 0.0)}
+
+
+def first_token(tokenizer, text: str) -> int:
+    return tokenizer.encode(text, add_special_tokens=False)[0]
+
+
+def next_token_probs(model, messages, token_ids: list[int]) -> torch.Tensor:
+    """P(next token = each of `token_ids`) after the prompt `messages`."""
+    prompt = torch.tensor([model.encode_chat(messages)])
+    with torch.no_grad(), model.use(CONTROLLER) as net:
+        logits = net(input_ids=prompt).logits[0, -1].float()
+    return torch.softmax(logits, -1)[token_ids]
+
+
+def level_of(item) -> str:
+    return item.id.split("/", 1)[0] if "/" in item.id else "all"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="a config name or file, or a trained run's directory")
+    parser.add_argument("overrides", nargs="*", help="config overrides (not with a run directory)")
+    parser.add_argument("--items", type=int, default=60, help="items (default 60)")
+    parser.add_argument("--split", choices=["train", "eval"], default="train")
+    args = parser.parse_args(argv)
+
+    if Path(args.target).is_dir():
+        from masrl.train import load_trained
+
+        if args.overrides:
+            raise SystemExit("router_probe: a run directory is probed with its saved config; pass no overrides")
+        engine = load_trained(Path(args.target))
+    else:
+        from masrl.config import load_config
+        from masrl.engine import build_engine
+
+        engine = build_engine(load_config(args.target, args.overrides))
+    system = engine.system
+    if engine.config.system.kind != "router":
+        raise SystemExit("router_probe: needs the router system")
+    torch.set_num_threads(engine.config.trainer.threads or torch.get_num_threads())
+    model = engine.models[CONTROLLER]
+    tok = model.tokenizer
+    offset = 1000 if args.split == "train" else 0  # past the items a short run trains on first
+    items = engine.task.items(args.split, offset, args.items)
+
+    labels = [system.label(a) for a in system.agents]
+    label_ids = [first_token(tok, label) for label in labels]
+    print(f"{len(items)} {args.split} items; labels {dict(zip(labels, system.agents))}")
+    by_level: dict[str, list[torch.Tensor]] = {}
+    for item in items:
+        probs = next_token_probs(model, system.controller_messages(system.start(item)), label_ids)
+        by_level.setdefault(level_of(item), []).append(probs)
+    print("routing at turn 1 (P renormalised over the labels; most likely counts)")
+    for level, rows in by_level.items():
+        p = torch.stack(rows)
+        mass = p.sum(-1)
+        mean = (p / mass[:, None]).mean(0)
+        top = torch.bincount(p.argmax(-1), minlength=len(labels))
+        print(f"  {level:>8s} ({len(rows):3d})  P {' '.join(f'{x:.3f}' for x in mean.tolist())}  "
+              f"most likely {' '.join(str(int(c)) for c in top)}  mass on labels {mass.mean():.3f}")
+
+    weak = system.agents[0]
+    verdict_ids = [first_token(tok, "True"), first_token(tok, "False")]
+    print(f"verification at turn 2 of {weak}'s draft (P(True) renormalised over True/False; share greedy True)")
+    for name, (correct, rate) in FORCED.items():
+        rows = []
+        for item in items:
+            style = DraftStyle(visible_rate=rate if rate is not None else 0.0)
+            draft = visible_draft(item, correct, (0, weak, item.id, item.question, 0), style, None)
+            if draft is None:
+                continue
+            state = replace(RouterState(item), turn=2, draft=draft, draft_correct=correct, author=weak)
+            rows.append(next_token_probs(model, system.controller_messages(state), verdict_ids))
+        if not rows:
+            continue
+        p = torch.stack(rows)
+        p_true = p[:, 0] / p.sum(-1)
+        print(f"  {name:>15s} ({len(rows):3d})  P(True) {p_true.mean():.3f}  greedy True {(p_true > 0.5).float().mean():.3f}"
+              f"  mass on True/False {p.sum(-1).mean():.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
