@@ -28,9 +28,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from masrl.pools.slips import check_draft
+from fractions import Fraction
+
+from masrl.pools.slips import check_draft, equations, slip_kind
 
 KINDS = ("false step", "mismatch", "consistent", "no equation")
+
+
+def first_slip(text: str) -> str | None:
+    """How the first false step wrote its number wrong (slips.slip_kind), or None."""
+    bad = next((e for e in equations(text) if not e.holds), None)
+    return None if bad is None else slip_kind(bad.value, Fraction(bad.stated))
 
 
 def kind_of(text: str, answer: str | None) -> str:
@@ -40,6 +48,12 @@ def kind_of(text: str, answer: str | None) -> str:
     if report.answer_mismatch:
         return "mismatch"
     return "consistent" if report.equations else "no equation"
+
+
+def slip_table(slips: list[str]) -> str:
+    kinds = Counter(slips)
+    return "first false step of a wrong answer, by kind: " + ", ".join(
+        f"{k} {n} ({n / len(slips):.2f})" for k, n in kinds.most_common())
 
 
 def table(rows: list[tuple[bool, str]]) -> str:
@@ -60,19 +74,21 @@ def table(rows: list[tuple[bool, str]]) -> str:
     return "\n".join(lines)
 
 
-def champ_rows(path: Path) -> list[tuple[bool, str]]:
+def champ_rows(path: Path) -> tuple[list[tuple[bool, str]], list[str]]:
     from masrl.tasks.math import extract_math_answer
 
-    rows = []
+    rows, slips = [], []
     for line in path.read_text().splitlines():
         problem = json.loads(line)
         for response in problem["responses"].values():
             text = response["solution"]
             rows.append((bool(response["correct"]), kind_of(text, extract_math_answer(response["summary"] or ""))))
-    return rows
+            if not response["correct"] and first_slip(text):
+                slips.append(first_slip(text))
+    return rows, slips
 
 
-def model_rows(name: str, per_level: int, threads: int, out: Path | None) -> list[tuple[bool, str]]:
+def model_rows(name: str, per_level: int, threads: int, out: Path | None) -> tuple[list[tuple[bool, str]], list[str]]:
     import torch
 
     from masrl.agents.policy import SamplingParams, encode_chat, generate_batch
@@ -87,7 +103,7 @@ def model_rows(name: str, per_level: int, threads: int, out: Path | None) -> lis
     items = [(level, it) for level in LEVELS
              for it in MathTask("basic_arithmetic", seed=0, difficulty=level).items("train", 0, per_level)]  # fmt: skip
     params = SamplingParams(max_new_tokens=160, temperature=0.7, top_p=1.0)
-    rows, records = [], []
+    rows, records, slips = [], [], []
     for start in range(0, len(items), 24):
         chunk = items[start : start + 24]
         prompts = [encode_chat(lm.tokenizer, (Message("system", AGENT_PROMPT), Message("user", it.question)))
@@ -96,13 +112,15 @@ def model_rows(name: str, per_level: int, threads: int, out: Path | None) -> lis
             answer = extract_math_answer(gen.text)
             correct = answer is not None and math_equal(item.answer, answer)
             rows.append((correct, kind_of(gen.text, answer)))
+            if not correct and first_slip(gen.text):
+                slips.append(first_slip(gen.text))
             records.append({"level": level, "question": item.question, "gold": item.answer, "text": gen.text,
                             "answer": answer, "correct": correct, "kind": rows[-1][1]})
         print(f"{len(rows)}/{len(items)} answers", file=sys.stderr, flush=True)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return rows
+    return rows, slips
 
 
 def main(argv: list[str]) -> int:
@@ -117,10 +135,11 @@ def main(argv: list[str]) -> int:
     model.add_argument("--out", type=Path, help="write every answer with its kind here (JSONL)")
     args = parser.parse_args(argv)
     if args.source == "champ":
-        rows = champ_rows(args.pool)
+        rows, slips = champ_rows(args.pool)
     else:
-        rows = model_rows(args.name, args.per_level, args.threads, args.out)
+        rows, slips = model_rows(args.name, args.per_level, args.threads, args.out)
     print(table(rows))
+    print(slip_table(slips))
     return 0
 
 

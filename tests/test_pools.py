@@ -207,6 +207,30 @@ def test_visible_drafts_show_a_slip_in_exactly_the_wrong_drafts_drawn_visible(it
     assert abs(false_steps / visible - 0.75) < 3 * (0.75 * 0.25 / visible) ** 0.5
 
 
+def test_false_steps_write_numbers_wrong_in_the_measured_mix(items):
+    """The first false step of visible wrong drafts, classified as the calibration classified SmolLM2's
+    (slips.slip_kind), follows SLIP_MIX; a single digit changed can also read as near or off by one."""
+    from collections import Counter
+    from fractions import Fraction
+
+    from masrl.pools.simulated import SLIP_MIX
+    from masrl.pools.slips import equations, slip_kind
+
+    weak = SimulatedAgent("sim-weak", -3.0, Price(), seed=1, task=items, drafts=DraftStyle(1.0, 1.0))
+    kinds = Counter()
+    for item in items:
+        for attempt in range(4):
+            text = weak.reply_for(item, (Message("user", item.question),), attempt).text
+            bad = next((e for e in equations(text) if not e.holds), None)
+            if bad is not None:
+                kinds[slip_kind(bad.value, Fraction(bad.stated))] += 1
+    n = sum(kinds.values())
+    assert n > 900 and kinds["none"] == 0 and kinds["magnitude"] / n < 0.01  # an "other" can land on x10
+    for kind, share in SLIP_MIX:
+        slack = 0.05 if kind in ("other", "sign") else 0.09
+        assert abs(kinds[kind] / n - share) < slack, (kind, kinds)
+
+
 def test_a_false_step_is_carried_into_every_later_line():
     item = TaskItem("t/1", "Calculate ( 14 + 30 ) * 2 - 8.", "80", {"expression": "( 14 + 30 ) * 2 - 8"})
     drafts = {}

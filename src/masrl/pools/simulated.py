@@ -116,7 +116,10 @@ DISCRIMINATION = 1.5  # the 2PL slope `a`
 ITEM_NOISE = 0.5  # std of the latent per-item difficulty offset
 DEFAULT_DIFFICULTY = 1.0  # an item with no usable difficulty metadata
 WRONG_KINDS = ("off_by_one", "sign", "digit_slip", "magnitude", "wrong_operation")
-SLIP_KINDS = ("off_by_one", "digit_slip", "magnitude", "sign")  # how one written number goes wrong
+# How a visible draft's slip writes a number wrong, as `slips.slip_kind` names it, with the shares
+# measured on the first false step of SmolLM2's 125 wrong arithmetic answers that had one
+# (scripts/draft_slips.py): other 64, digit 35, near 17, off by one 6, sign 3.
+SLIP_MIX = (("other", 0.51), ("digit", 0.28), ("near", 0.14), ("off_by_one", 0.05), ("sign", 0.02))
 
 
 @dataclass(frozen=True)
@@ -470,20 +473,30 @@ def _right_steps(expr: str) -> list[str]:
 
 
 def _slipped(value: Fraction, key: tuple) -> Fraction:
-    """`value` written wrong: off by one, a digit slipped, a digit dropped or added, or the sign lost."""
-    start = _pick(key, "slip_kind", len(SLIP_KINDS))
-    for kind in SLIP_KINDS[start:] + SLIP_KINDS[:start]:
-        if kind == "off_by_one":
-            wrong: Fraction | None = value + (1 if _pick(key, "slip_sign", 2) else -1)
-        elif kind == "digit_slip":
-            wrong = _digit_slip(value, key)
-        elif kind == "magnitude":
-            wrong = value * 10 if abs(value) < 10 or _pick(key, "slip_mag", 2) else Fraction(int(value / 10))
-        else:
-            wrong = -value
-        if wrong is not None and wrong != value:
-            return wrong
-    return value + 1
+    """`value` written wrong, the kind drawn from `SLIP_MIX`: another number of about its size
+    ("other", more than 10 away), one digit changed ("digit"), within 10 ("near"), off by one, or the
+    sign lost. A kind that cannot change `value` (a digit of a fraction, the sign of 0) falls to other."""
+    u, kind = _uniform(*key, "slip_kind"), SLIP_MIX[-1][0]
+    for name, share in SLIP_MIX:
+        if u < share:
+            kind = name
+            break
+        u -= share
+    sign = 1 if _pick(key, "slip_sign", 2) else -1
+    if kind == "digit" and value.denominator == 1:
+        digits = list(str(abs(value.numerator)))
+        i = _pick(key, "slip_digit", len(digits))
+        choices = [d for d in "0123456789" if d != digits[i] and not (i == 0 and d == "0" and len(digits) > 1)]
+        digits[i] = choices[_pick(key, "slip_digit_to", len(choices))]
+        return Fraction(int("".join(digits))) * (1 if value >= 0 else -1)
+    if kind == "near":
+        return value + sign * (2 + _pick(key, "slip_near", 9))
+    elif kind == "off_by_one":
+        return value + sign
+    elif kind == "sign" and value != 0:
+        return -value
+    span = max(20, int(abs(value)))  # "other": 11..span away
+    return value + sign * (11 + _pick(key, "slip_far", span - 10))
 
 
 def _false_step(expr: str, gold: Fraction, key: tuple) -> tuple[Fraction | None, list[str]]:

@@ -129,6 +129,24 @@ def _value(node: ast.AST) -> Fraction:
     raise ValueError("not plain arithmetic")
 
 
+def slip_kind(value: Fraction, stated: Fraction) -> str:
+    """How a written number differs from the right one: "sign", "off_by_one", "magnitude" (a digit
+    dropped or added at the end), "digit" (one digit changed, same length), "near" (within 10) or
+    "other"; "none" when it does not."""
+    if stated == value:
+        return "none"
+    if stated == -value:
+        return "sign"
+    if abs(stated - value) == 1:
+        return "off_by_one"
+    if value != 0 and (stated == value * 10 or stated * 10 == value):
+        return "magnitude"
+    a, b = str(abs(value.numerator)), str(abs(stated.numerator))
+    if value.denominator == stated.denominator == 1 and len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1:
+        return "digit"
+    return "near" if abs(stated - value) <= 10 else "other"
+
+
 def check_draft(text: str, answer: str | None) -> SlipReport:
     """The slips a reader can check in `text`, whose final answer is `answer` (None: none stated).
 
