@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -72,8 +73,14 @@ def test_numbered_labels_name_agents_by_position_weak_to_strong():
     labels = ("1", "2", "3")
     assert parse_action("<model>2</model>", 1, 3, AGENTS, None, labels) == Action("route", agent="medium")
     assert parse_action("<model> 3 </model>", 1, 3, AGENTS, None, labels).agent == "strong"
-    for text in ("<model>4</model>", "<model>weak</model>", "<model>0</model>"):
+    for text in ("<model>4</model>", "<model>weak</model>", "<model>0</model>", "<model>12</model>", "<model></model>2"):
         assert parse_action(text, 1, 3, AGENTS, None, labels).kind == "format_error"
+    # the decision is the word after the tag; a garbled rest does not undo it
+    assert parse_action("<model>2</mod", 1, 3, AGENTS, None, labels).agent == "medium"
+    assert parse_action("<verdict>True</verdict</verdict>", 2, 3, AGENTS, "weak", labels) == Action("stop", verdict=True)
+    assert parse_action("<verdict>False</verirdr", 2, 3, AGENTS, "weak", labels).agent == "medium"
+    assert parse_action("<verdict>Truely", 2, 3, AGENTS, "weak", labels).kind == "format_error"
+    assert parse_action("<verdict>Fact</verdict>", 2, 3, AGENTS, "weak", labels).kind == "format_error"
     assert parse_action("<verdict>False</verdict><model>3</model>", 2, 3, AGENTS, "weak", labels).agent == "strong"
     assert parse_action("<verdict>False</verdict><model>1</model>", 2, 3, AGENTS, "medium", labels).kind == "format_error"
     system = RouterSystem(None, AGENTS, Multipliers(dict(XI), default_caps(AGENTS)), labels="numbers")
@@ -172,6 +179,28 @@ def test_paper_reward_pays_more_for_rejecting_a_right_draft_and_outcome_does_not
     outcome = _verdict_tree("outcome")
     # True: the final draft is right -> 0.5. False: -0.125 + (turn 3 stops on a right draft either way) 0.5
     assert outcome == {"stop": pytest.approx(0.5), "reject": pytest.approx(0.375)}
+
+
+def test_without_final_verification_a_draft_that_could_only_be_verified_ends_the_episode():
+    task_items = items(1)
+    task = MathTask("basic_arithmetic", seed=0, difficulty="easy")
+    pool = dict(zip(AGENTS, simulated_pool(seed=0, task=task_items).values()))
+    system = RouterSystem(task, AGENTS, Multipliers(dict(XI), default_caps(AGENTS)), max_turns=3, reward="outcome",
+                          final_verification=False)
+    agents = {"controller": scripted_controller("weak</model>", "False</verdict>"), **pool}
+    ep = asyncio.run(expand(system, agents, task_items[0], FullTree(2)))
+    controller = [c for c in ep.calls if c.role == "controller"]
+    drafts = [c for c in ep.calls if c.role == "agent"]
+    # 2 routes -> 2 weak drafts -> 4 re-routes to medium -> 4 final drafts; no turn-3 verdict
+    assert [sum(c.turn == t for c in controller) for t in (1, 2, 3)] == [2, 4, 0]
+    medium = [d for d in drafts if d.agent == "medium"]
+    assert len(medium) == 4 and all(d.done for d in medium) and not any(c.done for c in controller)
+    for d in medium:  # the final draft's truth is paid on it, once
+        assert d.reward == pytest.approx(0.5 * d.rewards["correct"]) and d.rewards["turns"] == 2.0
+    # a draft by the strongest agent is final at turn 1 already
+    agents["controller"] = scripted_controller("strong</model>", "True</verdict>")
+    ep = asyncio.run(expand(system, agents, task_items[0], FullTree(2)))
+    assert [c.role for c in ep.calls].count("controller") == 2 and all(c.done for c in ep.calls if c.role == "agent")
 
 
 def test_weights_are_configurable():
@@ -381,6 +410,12 @@ def test_controller_evaluation_respects_caps_and_reports_turns():
     # with a max of 1 turn, only the first routing happens
     one = evaluate_controller(system, controller, pool, its, default_caps(names), max_turns=1)
     assert one.calls_per_item == 1.0 and one.usage["sim-weak"] == 1.0
+    # without the final verification: the same drafts and answers, one controller call fewer per item
+    calls = []
+    counting = FunctionAgent("controller", lambda m: calls.append(m) or controller.fn(m))
+    short = evaluate_controller(replace(system, final_verification=False), counting, pool, its, default_caps(names))
+    assert [t.answered_by for t in short.traces] == [t.answered_by for t in result.traces]
+    assert short.accuracy == result.accuracy and len(calls) == 2 * len(its) and short.exhausted == 0.0
 
 
 # ---------------------------------------------------------------- parts the router brought into the engine

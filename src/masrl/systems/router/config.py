@@ -31,6 +31,11 @@ class RouterConfig(SystemSection):
         "paper", description="paper: R_r and R_v per action (sec. 3.2); outcome: the final draft's correctness once, "
         "minus usage penalties (rewards.py says why)",
     )
+    final_verification: bool = Field(
+        True, description="ask the controller's verdict on a draft it could not re-route (at turn T, or the "
+        "strongest agent's); false ends the episode on that draft (it is the answer either way; only the paper's "
+        "reward pays that verdict)",
+    )
     routing_weight: float = Field(0.5, ge=0.0)
     verification_weight: float = Field(0.5, ge=0.0)
     baselines: list[str] = Field(

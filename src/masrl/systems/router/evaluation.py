@@ -231,7 +231,7 @@ def evaluate_controller(
                 traces[i].answered_by.append(s.pending)
                 traces[i].cost += reply.cost
                 traces[i].correct_after.append(bool(tr.state.draft_correct))
-                states[i] = tr.state
+                states[i] = None if tr.done else tr.state
 
     asyncio.run(run())
     for t in traces:

@@ -102,6 +102,10 @@ class Action:
 
 _MODEL = re.compile(r"<model>\s*(.*?)\s*</model>", re.IGNORECASE | re.DOTALL)
 _VERDICT = re.compile(r"<verdict>\s*(true|false)\s*</verdict>", re.IGNORECASE)
+# Numbered options: the decision is the word right after the opening tag (the prefill); what follows it,
+# a closing tag sampled as "</verdict</verdict>" or "</verirdr" at temperature 1, does not change it.
+_NUMBER_FIRST = re.compile(r"<model>\s*(\d+)(?!\d)")
+_VERDICT_FIRST = re.compile(r"<verdict>\s*(true|false)(?![a-z])", re.IGNORECASE)
 
 
 def parse_action(
@@ -115,24 +119,26 @@ def parse_action(
     next stronger agent takes over (a small model rarely writes a second tag
     untrained, so the common case needs none). Where no stronger agent
     exists, or at the last turn, a False verdict simply ends the episode.
-    `labels` are what the controller writes for each agent (default: the names).
+    `labels` are what the controller writes for each agent (default: the names); with labels the
+    decision is the first word after the tag, whatever follows it.
     """
+    model, verdict_tag = (_NUMBER_FIRST, _VERDICT_FIRST) if labels is not None else (_MODEL, _VERDICT)
     if turn == 1:
-        found = _MODEL.findall(text)
+        found = model.findall(text)
         if not found:
             return Action("format_error", reason="no <model> tag")
         agent = _agent_named(found[0], agents, labels)
         if agent is None:
             return Action("format_error", reason=f"unknown agent {found[0][:40]!r}")
         return Action("route", agent=agent)
-    verdicts = _VERDICT.findall(text)
+    verdicts = verdict_tag.findall(text)
     if not verdicts:
         return Action("format_error", reason="no <verdict>True/False</verdict>")
     verdict = verdicts[0].lower() == "true"
     stronger = list(agents)[list(agents).index(author) + 1 :] if author in agents else []
     if verdict or turn >= max_turns or not stronger:
         return Action("stop", verdict=verdict)
-    found = _MODEL.findall(text)
+    found = model.findall(text)
     if not found:  # our protocol: a bare False hands the problem to the next stronger agent
         return Action("route", verdict=verdict, agent=stronger[0])
     agent = _agent_named(found[0], agents, labels)
@@ -173,6 +179,10 @@ class RouterSystem:
     policy: str = CONTROLLER
     labels: str = "names"  # "names": <model>NAME</model>; "numbers": <model>1..K</model>, weak to strong
     reward: str = "paper"  # a key of rewards.REWARDS
+    # False: a draft that no controller turn could follow with a route (written before the last turn,
+    # or by the strongest agent) ends the episode; the verdict it would get changes neither the answer
+    # (always the last draft) nor, under the outcome reward, any reward.
+    final_verification: bool = True
 
     def label(self, agent: str) -> str:
         """What the controller writes for `agent`."""
@@ -237,10 +247,14 @@ class RouterSystem:
     def _agent_answered(self, state: RouterState, reply: Reply) -> Transition:
         answer = self.task_family.extract_answer(reply.text)
         correct = answer is not None and self.task_family.score(state.task, answer) > 0
-        terms = REWARDS[self.reward].routed(correct, state.turn >= self.max_turns, self.weights)
+        # T = 1 (the single-turn router) routes once and never verifies; without final verification a draft
+        # that could only be verified is final too
+        last = state.turn >= self.max_turns or not self.final_verification and (
+            state.turn + 1 >= self.max_turns or state.pending == self.agents[-1])
+        terms = REWARDS[self.reward].routed(correct, last, self.weights)
         reward = terms.pop("reward")
         nxt = RouterState(state.task, state.turn + 1, reply.text, correct, state.pending)
-        if state.turn >= self.max_turns:  # T = 1, the single-turn router: route once, no verification
+        if last:
             final = {"correct": float(correct), "turns": float(state.turn)}
             return Transition(nxt, answer, {**terms, **final}, reward, done=True)
         return Transition(nxt, answer, terms, reward, done=False)
@@ -338,6 +352,10 @@ def build_router(config, task: Task) -> Built:
         lr=r.dual_lr,
     )
     weights = RewardWeights(r.routing_weight, r.verification_weight)
-    system = RouterSystem(task, names, multipliers, r.max_turns, weights, r.prefill, labels=r.labels, reward=r.reward)
-    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</model>",))
+    system = RouterSystem(task, names, multipliers, r.max_turns, weights, r.prefill, labels=r.labels, reward=r.reward,
+                          final_verification=r.final_verification)
+    # Numbered options end a verdict at its closing tag too: the decision is made, and a False hands the
+    # problem to the next stronger agent without naming it.
+    stop = ("</model>", "</verdict>") if r.labels == "numbers" else ("</model>",)
+    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=stop)
 
