@@ -416,6 +416,9 @@ def test_controller_evaluation_respects_caps_and_reports_turns():
     short = evaluate_controller(replace(system, final_verification=False), counting, pool, its, default_caps(names))
     assert [t.answered_by for t in short.traces] == [t.answered_by for t in result.traces]
     assert short.accuracy == result.accuracy and len(calls) == 2 * len(its) and short.exhausted == 0.0
+    assert result.format_failures == 0.0
+    garbled = evaluate_controller(system, scripted_controller("sim-weak</model>", "Maybe"), pool, its, default_caps(names))
+    assert garbled.format_failures == pytest.approx(0.5)  # every turn-2 reply of 20 routes + 20 verdicts
 
 
 # ---------------------------------------------------------------- parts the router brought into the engine

@@ -83,6 +83,8 @@ class Trace:
     wanted: list[str] = field(default_factory=list)  # what the router asked for (before caps)
     correct_after: list[bool] = field(default_factory=list)  # truth of the held draft after each controller turn
     verdicts: list[str] = field(default_factory=list)  # "True" / "False" / "format_error" per turn > 1
+    decisions: int = 0  # controller replies
+    format_errors: int = 0  # of them, replies that did not parse
     turns: int = 0
     cost: float = 0.0
     correct: bool = False
@@ -103,6 +105,7 @@ class RouterEval:
     redirected: int
     items: int
     seconds: float
+    format_failures: float = 0.0  # share of the controller's replies that did not parse (0 for one-shot routers)
     traces: tuple[Trace, ...] = ()  # per item, in evaluation order: what intervals resample
 
     def item_scores(self) -> ItemScores:
@@ -146,6 +149,7 @@ def summarize(
             verification.setdefault(row, {}).setdefault(t.verdicts[0], 0)
             verification[row][t.verdicts[0]] += 1
     cost = sum(t.cost for t in traces)
+    decisions = sum(t.decisions for t in traces)
     return RouterEval(
         method=method,
         accuracy=sum(t.correct for t in traces) / n,
@@ -160,6 +164,7 @@ def summarize(
         redirected=redirected,
         items=len(traces),
         seconds=seconds,
+        format_failures=sum(t.format_errors for t in traces) / decisions if decisions else 0.0,
         traces=tuple(traces),
     )
 
@@ -211,6 +216,8 @@ def evaluate_controller(
                 state, trace = states[i], traces[i]
                 trace.turns, trace.cost = state.turn, trace.cost + reply.cost
                 tr = system.advance(state, step, reply)
+                trace.decisions += 1
+                trace.format_errors += tr.action.kind == "format_error"
                 if state.turn > 1:
                     trace.verdicts.append("format_error" if tr.action.kind == "format_error" else str(tr.action.verdict))
                 if tr.done:
@@ -306,7 +313,7 @@ def results_table(results: Sequence[RouterEval], agents: Sequence[str]) -> str:
 def detail_text(r: RouterEval, agents: Sequence[str]) -> str:
     """Turn budget, accuracy by max turns and both confusion matrices, as plain text."""
     lines = [f"{r.method}: accuracy {r.accuracy:.3f} on {r.items} items; exhausted turn budget {r.exhausted:.2f}; "
-             f"redirected by caps {r.redirected}",
+             f"redirected by caps {r.redirected}; replies that did not parse {r.format_failures:.3f}",
              "accuracy by max turns: " + ", ".join(f"T={t + 1}: {a:.3f}" for t, a in enumerate(r.accuracy_by_turn))]
     if r.routing_confusion:
         cols = [*agents, "none"]
