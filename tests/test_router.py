@@ -132,15 +132,16 @@ def test_format_error_earns_nothing():
     assert terms == {"verification": 0.0, "penalty": 0.0, "format_error": 1.0, "reward": 0.0}
 
 
-def test_outcome_reward_pays_the_final_draft_once_and_every_usage_penalty():
+def test_outcome_reward_pays_the_final_draft_once_with_the_papers_verification_and_penalty():
     route = outcome_controller_reward(Action("route", verdict=False, agent="strong"), 2, False, XI, W)
-    assert route["reward"] == pytest.approx(-0.5 * 2 * 0.25) and route["verification"] == 1.0
-    # a stop earns the final draft's truth whatever the verdict; R_v is reported, not paid
-    assert outcome_controller_reward(Action("stop", verdict=True), 2, True, XI, W)["reward"] == 0.5
+    assert route == controller_reward(Action("route", verdict=False, agent="strong"), 2, False, XI, W)
+    assert route["reward"] == pytest.approx(0.5 * 1.0 - 0.5 * 2 * 0.25)  # R_v 1, no R_r for the route
+    # a stop earns R_v and the final draft's truth
+    assert outcome_controller_reward(Action("stop", verdict=True), 2, True, XI, W)["reward"] == 1.0
     assert outcome_controller_reward(Action("stop", verdict=False), 3, True, XI, W)["reward"] == 0.5
-    wrong = outcome_controller_reward(Action("stop", verdict=False), 3, False, XI, W)
-    assert (wrong["reward"], wrong["verification"]) == (0.0, 1.0)
-    # a format failure ends the episode with the last draft (none at turn 1)
+    assert outcome_controller_reward(Action("stop", verdict=False), 3, False, XI, W)["reward"] == 0.5
+    assert outcome_controller_reward(Action("stop", verdict=True), 3, False, XI, W)["reward"] == 0.0
+    # a format failure ends the episode with the last draft (none at turn 1), no R_v
     assert outcome_controller_reward(Action("format_error"), 2, True, XI, W)["reward"] == 0.5
     assert outcome_controller_reward(Action("format_error"), 1, None, XI, W)["reward"] == 0.0
     # a draft earns only when no controller turn follows it (T = 1)
@@ -177,11 +178,11 @@ def test_paper_reward_pays_more_for_rejecting_a_right_draft_and_outcome_does_not
     # True: R_v = 1 -> 0.5. False: 0.5 (R_r 1 - 2 * 0.125) + mean(turn-3 True 0.5, False 0) = 0.375 + 0.25
     assert paper == {"stop": pytest.approx(0.5), "reject": pytest.approx(0.625)}
     outcome = _verdict_tree("outcome")
-    # True: the final draft is right -> 0.5. False: -0.125 + (turn 3 stops on a right draft either way) 0.5
-    assert outcome == {"stop": pytest.approx(0.5), "reject": pytest.approx(0.375)}
+    # True: R_v + the final draft's truth -> 1.0. False: -0.125 + mean(turn-3 True 1.0, False 0.5)
+    assert outcome == {"stop": pytest.approx(1.0), "reject": pytest.approx(0.625)}
 
 
-def test_without_final_verification_a_draft_that_could_only_be_verified_ends_the_episode():
+def test_without_final_verification_the_draft_before_turn_t_ends_the_episode():
     task_items = items(1)
     task = MathTask("basic_arithmetic", seed=0, difficulty="easy")
     pool = dict(zip(AGENTS, simulated_pool(seed=0, task=task_items).values()))
@@ -197,10 +198,10 @@ def test_without_final_verification_a_draft_that_could_only_be_verified_ends_the
     assert len(medium) == 4 and all(d.done for d in medium) and not any(c.done for c in controller)
     for d in medium:  # the final draft's truth is paid on it, once
         assert d.reward == pytest.approx(0.5 * d.rewards["correct"]) and d.rewards["turns"] == 2.0
-    # a draft by the strongest agent is final at turn 1 already
+    # the strongest agent's first draft still gets its one verdict
     agents["controller"] = scripted_controller("strong</model>", "True</verdict>")
     ep = asyncio.run(expand(system, agents, task_items[0], FullTree(2)))
-    assert [c.role for c in ep.calls].count("controller") == 2 and all(c.done for c in ep.calls if c.role == "agent")
+    assert [(c.role, c.turn) for c in ep.calls if c.done] == [("controller", 2)] * 4
 
 
 def test_weights_are_configurable():

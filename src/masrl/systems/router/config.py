@@ -28,13 +28,12 @@ class RouterConfig(SystemSection):
         "names", description="what the controller writes for an agent: its name, or its number 1..K weak to strong"
     )
     reward: Literal["paper", "outcome"] = Field(
-        "paper", description="paper: R_r and R_v per action (sec. 3.2); outcome: the final draft's correctness once, "
-        "minus usage penalties (rewards.py says why)",
+        "paper", description="paper: R_r and R_v per action (sec. 3.2); outcome: R_r once, for the final draft, with the "
+        "paper's R_v and usage penalties (rewards.py says why)",
     )
     final_verification: bool = Field(
-        True, description="ask the controller's verdict on a draft it could not re-route (at turn T, or the "
-        "strongest agent's); false ends the episode on that draft (it is the answer either way; only the paper's "
-        "reward pays that verdict)",
+        True, description="ask for the verdict of turn T, which can no longer re-route; false ends the episode on "
+        "the draft written before it (the answer either way)",
     )
     routing_weight: float = Field(0.5, ge=0.0)
     verification_weight: float = Field(0.5, ge=0.0)

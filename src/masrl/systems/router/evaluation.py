@@ -83,11 +83,11 @@ class Trace:
     wanted: list[str] = field(default_factory=list)  # what the router asked for (before caps)
     correct_after: list[bool] = field(default_factory=list)  # truth of the held draft after each controller turn
     verdicts: list[str] = field(default_factory=list)  # "True" / "False" / "format_error" per turn > 1
-    decisions: int = 0  # controller replies
-    format_errors: int = 0  # of them, replies that did not parse
     turns: int = 0
     cost: float = 0.0
     correct: bool = False
+    decisions: int = 0  # controller replies
+    format_errors: int = 0  # of them, replies that did not parse
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,7 @@ def evaluate_one_shot(
     outcomes = asyncio.run(run())
     traces = []
     for it, w, a, (ok, cost, _) in zip(items, wanted, assigned, outcomes):
-        traces.append(Trace(it, [a], [w], [ok], [], 1, cost, ok))
+        traces.append(Trace(it, answered_by=[a], wanted=[w], correct_after=[ok], turns=1, cost=cost, correct=ok))
     return summarize(router.name, traces, agents, 1, solvers, ledger.redirected, time.perf_counter() - started)
 
 

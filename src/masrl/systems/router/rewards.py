@@ -12,9 +12,9 @@ between steps by dual ascent on measured usage against the caps rho.
 `system.reward` picks the reward family (`REWARDS`):
 
 - ``paper``: the rewards above, per action.
-- ``outcome`` (ours, not the paper's): the routed agent's draft earns nothing when it is written;
-  the action that ends the episode earns w_r * [the final draft is correct], and every routing
-  action still pays its usage penalty w_r * 2 xi_k. R_v is logged, not paid.
+- ``outcome`` (ours, not the paper's): R_r is paid once, for the final draft: the action that ends
+  the episode earns w_r * [the final draft is correct]; a routed draft earns nothing when written.
+  R_v and the usage penalty are the paper's.
 
 Why the second. Under the paper's reward with gamma = 1 (its Proposition 3.1), a False verdict
 on a *correct* draft is worth more than True whenever the next agent is likely right: True earns
@@ -22,10 +22,10 @@ w_v; False earns w_r (R_r of the next draft - 2 xi) plus the next verdict's w_v,
 + 0.5 with the paper's weights and a medium agent, 0.825 at R_r = 0.9 against 0.5 for True. Every
 escalation adds another routing and verification reward, so "always False" is the fixed point our
 default run converged to (README, "The critique-and-routing controller"). Paying for the final
-answer once removes that: True on a correct draft earns w_r, False at most w_r minus the next
-agent's penalty; False on a wrong draft earns what the next agent makes of it, True nothing.
-Without R_v paid there is also no reward to harvest by routing to an agent likely to fail and then
-rejecting its draft.
+draft once removes that: True on a correct draft earns w_v + w_r, False at most w_r minus the next
+agent's penalty (plus what its own verdict earns); False on a wrong draft earns w_v and what the next
+agent makes of it, True nothing. With `final_verification: false` a path holds one verdict, on the
+first draft, whoever wrote it, so no route earns more verdicts than another.
 """
 
 from __future__ import annotations
@@ -69,17 +69,13 @@ def routing_reward(correct: bool, last: bool, w: RewardWeights) -> dict[str, flo
 def outcome_controller_reward(
     action: Action, turn: int, draft_correct: bool | None, xi: Mapping[str, float], w: RewardWeights
 ) -> dict[str, float]:
-    """The ``outcome`` family: a routing action pays its usage penalty; an action that ends the
-    episode (a stop, or a format failure, which keeps the last draft) earns the final draft's
-    correctness. R_v is reported, not paid."""
-    r_v = 0.0 if turn == 1 or draft_correct is None or action.kind == "format_error" else float(
-        action.verdict == draft_correct)
+    """The ``outcome`` family: the paper's R_v and usage penalty; an action that ends the episode (a
+    stop, or a format failure, which keeps the last draft) also earns the final draft's correctness."""
+    terms = controller_reward(action, turn, draft_correct, xi, w)
     if action.kind == "route":
-        penalty = 2.0 * xi.get(action.agent, 0.0)
-        return {"verification": r_v, "penalty": penalty, "format_error": 0.0, "reward": -w.routing * penalty}
+        return terms
     final = float(bool(draft_correct))
-    return {"verification": r_v, "penalty": 0.0, "format_error": float(action.kind == "format_error"),
-            "outcome": final, "reward": w.routing * final}
+    return {**terms, "outcome": final, "reward": terms["reward"] + w.routing * final}
 
 
 def outcome_routing_reward(correct: bool, last: bool, w: RewardWeights) -> dict[str, float]:

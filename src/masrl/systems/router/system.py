@@ -179,9 +179,8 @@ class RouterSystem:
     policy: str = CONTROLLER
     labels: str = "names"  # "names": <model>NAME</model>; "numbers": <model>1..K</model>, weak to strong
     reward: str = "paper"  # a key of rewards.REWARDS
-    # False: a draft that no controller turn could follow with a route (written before the last turn,
-    # or by the strongest agent) ends the episode; the verdict it would get changes neither the answer
-    # (always the last draft) nor, under the outcome reward, any reward.
+    # False: a draft written just before turn T ends the episode instead of getting turn T's verdict,
+    # which could not re-route it (the answer is the last draft either way).
     final_verification: bool = True
 
     def label(self, agent: str) -> str:
@@ -249,8 +248,7 @@ class RouterSystem:
         correct = answer is not None and self.task_family.score(state.task, answer) > 0
         # T = 1 (the single-turn router) routes once and never verifies; without final verification a draft
         # that could only be verified is final too
-        last = state.turn >= self.max_turns or not self.final_verification and (
-            state.turn + 1 >= self.max_turns or state.pending == self.agents[-1])
+        last = state.turn >= self.max_turns or (not self.final_verification and state.turn + 1 >= self.max_turns)
         terms = REWARDS[self.reward].routed(correct, last, self.weights)
         reward = terms.pop("reward")
         nxt = RouterState(state.task, state.turn + 1, reply.text, correct, state.pending)
