@@ -231,9 +231,21 @@ class MergedWeights:
             target = merged[name].weight
             if policy is None or policy not in layer.lora_A:
                 target.copy_(w)
-            else:
+            elif _plain_lora(layer, policy):  # W + scale * B A in one pass, written in place
+                a, b = layer.lora_A[policy].weight, layer.lora_B[policy].weight
+                torch.addmm(w, b.to(w.dtype), a.to(w.dtype), alpha=layer.scaling[policy], out=target)
+            else:  # DoRA, transposed (Conv1D) weights, ...: peft's own delta
                 target.copy_(w + layer.get_delta_weight(policy).to(w.dtype))
         if self.decoder is not None:
             self.decoder.refresh()
         self._key = key
         return True
+
+
+def _plain_lora(layer, policy: str) -> bool:
+    """A LoRA linear layer whose delta is scale * B A as is (no DoRA magnitude, no transposed weight)."""
+    return (
+        isinstance(layer.lora_A[policy], torch.nn.Linear)
+        and not layer.use_dora.get(policy, False)
+        and not getattr(layer, "fan_in_fan_out", False)
+    )

@@ -51,6 +51,12 @@ class Matmul:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         self.weight, self.bias = weight, bias
         self.packed = _pack(weight)
+        self.version = (weight._version, None if bias is None else bias._version)
+
+    def current(self, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        """Whether this is the product by these tensors with the values they hold now (none written since)."""
+        same = weight is self.weight and bias is self.bias
+        return same and self.version == (weight._version, None if bias is None else bias._version)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None:
@@ -124,19 +130,32 @@ class LlamaDecoder:
         self.rotary = model.model.rotary_emb
         self.norm = model.model.norm.weight
         self._model, self._fused = model, fused
+        self._qkv_bias = [_bias(layer.self_attn) for layer in model.model.layers]  # LoRA leaves biases alone
         self.refresh()
 
     def refresh(self) -> None:
-        """Take the weights' current values (after a re-merge): packed matmuls are rebuilt."""
-        self.head = Matmul(self._model.lm_head.weight)
-        self.layers = [
-            LayerWeights(
-                layer.input_layernorm.weight, Matmul(qkv, _bias(layer.self_attn)),
-                Matmul(layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias),
-                layer.post_attention_layernorm.weight, Matmul(gate_up), Matmul(layer.mlp.down_proj.weight),
-            )  # fmt: skip
-            for layer, (qkv, gate_up) in zip(self._model.model.layers, self._fused)
-        ]
+        """Take the weights' current values (after a re-merge): the matmuls of weights written since are rebuilt
+        (packing costs a copy; the head and unadapted weights keep theirs)."""
+        old = getattr(self, "_matmuls", {})
+
+        def matmul(key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Matmul:
+            m = old.get(key)
+            return m if m is not None and m.current(weight, bias) else Matmul(weight, bias)
+
+        self._matmuls: dict[str, Matmul] = {}
+        self.head = self._matmuls["head"] = matmul("head", self._model.lm_head.weight)
+        self.layers = []
+        for i, (layer, (qkv, gate_up)) in enumerate(zip(self._model.model.layers, self._fused)):
+            attn = layer.self_attn
+            mats = {
+                f"{i}.qkv": matmul(f"{i}.qkv", qkv, self._qkv_bias[i]),
+                f"{i}.o": matmul(f"{i}.o", attn.o_proj.weight, attn.o_proj.bias),
+                f"{i}.gate_up": matmul(f"{i}.gate_up", gate_up),
+                f"{i}.down": matmul(f"{i}.down", layer.mlp.down_proj.weight),
+            }
+            self._matmuls.update(mats)
+            self.layers.append(LayerWeights(layer.input_layernorm.weight, *list(mats.values())[:2],
+                                            layer.post_attention_layernorm.weight, *list(mats.values())[2:]))  # fmt: skip
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """LlamaRMSNorm: float32 statistics, weight applied in the input's dtype."""
