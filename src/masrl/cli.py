@@ -97,8 +97,17 @@ def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, li
 _DISK_ERRORS = frozenset((errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM))
 
 
+# Commands that load models and run steps: started from the command line they re-execute
+# themselves with jemalloc preloaded (masrl.memory), which keeps their peak RSS near the live tensors.
+_ALLOCATOR_COMMANDS = ("train", "eval", "serve")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if argv is None and args.command in _ALLOCATOR_COMMANDS:  # the process's own command line, not a caller's list
+        from masrl.memory import reexec_with_jemalloc
+
+        reexec_with_jemalloc(sys.argv[1:])
     try:
         if args.command not in _COMMANDS:
             return _system_commands()[args.command][1].run(args)
