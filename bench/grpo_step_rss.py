@@ -12,7 +12,7 @@ Method
   from concurrent coroutines, `min_new_tokens` forcing exactly `new_tokens`
   tokens per row; group-normalised random advantages; `update_policy` with
   `UpdateSettings` of micro-batch `--micro-batch` (8), shared prompts and a
-  cap of `--micro-batch-tokens` (2048) forward tokens per micro-batch, as
+  cap of `--micro-batch-tokens` (1536) forward tokens per micro-batch, as
   `masrl train` defaults to; `--one-pass --micro-batch-tokens 0` is the
   update as it was before both (one pass per row, rows only).
 - `fullvocab` (contrast; needs >= 20 GB available, else skipped): the same
@@ -45,6 +45,8 @@ import time
 
 import torch
 from _util import GB, emit_json, max_rss_bytes, table, warn_if_busy
+
+from masrl.update import UpdateSettings
 
 POLICY = "solver"
 TARGET_GB = 4.0
@@ -79,7 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--micro-batch-tokens", type=int, default=2048, help="update token cap per micro-batch; 0: none")
+    p.add_argument("--micro-batch-tokens", type=int, default=UpdateSettings.micro_batch_tokens,
+                   help="update token cap per micro-batch (masrl's default); 0: none")
     p.add_argument("--one-pass", action="store_true", help="the update without shared prompts (share_prompts=False)")
     p.add_argument("--skip-fullvocab", action="store_true")
     p.add_argument("--skip-malloc-variant", action="store_true", help="run the step under masrl train's allocator only")

@@ -228,7 +228,7 @@ class TrainerConfig(Section):
         False, description="recompute activations in the backward pass: less memory for long prompts, more compute"
     )
     micro_batch_tokens: int | None = Field(
-        2048, ge=1, description="also cut a micro-batch before its forward pass exceeds this many token positions "
+        1536, ge=1, description="also cut a micro-batch before its forward pass exceeds this many token positions "
         "(padding included, a shared prompt counted once): bounds the activations a long-prompt batch keeps for "
         "the backward pass; null: only micro_batch counts"
     )
