@@ -94,7 +94,8 @@ class RolloutConfig(Section):
     engine: Literal["hf", "lean", "openai"] = Field(
         "hf", description="hf: HF generate with the trainer's own model, the reference (in process, or on "
         "rollout.workers Ray actors); lean: in process, merged adapter weights re-merged after every update, one "
-        "prefill per distinct prompt, finished rows leave the batch (masrl/rollout/decode.py); openai: the "
+        "prefill per distinct prompt, finished rows leave the batch, Llama-family models through its own decoder "
+        "over a preallocated KV cache (masrl/rollout/decode.py); openai: the "
         "OpenAI-compatible inference servers in rollout.servers (`masrl serve --inference`, vLLM, SGLang), which "
         "load the trained LoRA adapters at runtime (docs/scale.md)"
     )

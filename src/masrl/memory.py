@@ -10,7 +10,7 @@ twice the live data and keeps growing across steps (2 steps of budget-grpo:
 The fix at the root is another allocator. jemalloc returns freed pages to the
 OS after a short decay and reuses them meanwhile, so the same run peaked at
 2.81 GB, the live activations of its largest micro-batch plus the weights.
-`masrl train`, `eval` and `serve` therefore re-execute themselves once with
+`masrl train` and `eval` therefore re-execute themselves once (after their config loads) with
 jemalloc preloaded when the system has it (Debian: libjemalloc2, which
 scripts/setup.sh installs) and say so on stderr; `MASRL_ALLOCATOR=system`
 keeps the C library's malloc. Preloading is the only way: the allocator must
