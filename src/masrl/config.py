@@ -205,7 +205,8 @@ class TrainerConfig(Section):
     )
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
     low_memory: bool = Field(
-        False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates (masrl/memory.py)"
+        False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates; for runs without "
+        "jemalloc, which `masrl train` restarts under when the system has it (masrl/memory.py)"
     )
     max_minutes: float | None = Field(
         None,

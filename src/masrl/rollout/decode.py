@@ -14,6 +14,15 @@ This one samples the same policy with less work per token:
   distinct prompt is run once and its KV cache gathered to its rows.
 - **A short loop.** Sample, append, stop rows at EOS or a stop string, and
   drop finished rows from the batch (HF keeps them, decoding padding).
+- **A plain forward.** For Llama-family models the loop runs
+  `LlamaDecoder` (masrl/rollout/llama_decoder.py): a KV cache allocated once
+  at its final length, fused q/k/v and gate/up weights packed for oneDNN,
+  no per-token mask building or module calls. Other models use their own
+  forward and HF's cache in the same loop (`HFForward`).
+- **Cheap sampling.** Each row inverts its cumulative distribution at one
+  uniform draw per step (`pick_tokens`), drawn for every row of the call
+  whether it is still running or not, so a row's sample does not depend on
+  when the others finish.
 
 Each sampled token's log-prob under the sampling distribution (temperature
 and top-p applied) is returned alongside, so a caller can compare it with
@@ -175,10 +184,11 @@ class MergedWeights:
     """A plain copy of a peft-wrapped decoder with one adapter's LoRA merged into its weights.
 
     Only the adapted projections get their own tensors (W + scale * B A); the
-    embeddings, norms and head are the base's own. `sync(policy)` re-merges
-    when the policy changed or any of its adapter tensors was modified in
-    place since the last merge (torch's per-tensor version counter), and
-    returns the seconds it spent (0 when nothing changed)."""
+    embeddings, norms and head are the base's own. For Llama-family models
+    q/k/v and gate/up are views into one buffer each, which `decoder` runs.
+    `sync(policy)` re-merges when the policy changed or any of its adapter
+    tensors was modified in place since the last merge (torch's per-tensor
+    version counter), and says whether it did."""
 
     def __init__(self, peft_model):
         from peft.tuners.lora import LoraLayer

@@ -117,7 +117,8 @@ def _bias(attn) -> torch.Tensor | None:
 class LlamaDecoder:
     """Prefill and one-token steps of `model` with fused weights `fused` (see `tie_to_fused`).
 
-    The cache lives in the caller's `KVCache`; the decoder holds no state between calls."""
+    The decoder holds the weights' matmuls (packed on CPU; `refresh` after the
+    weights change); the cache lives in the caller's `KVCache`."""
 
     def __init__(self, model, fused: list[tuple[torch.Tensor, torch.Tensor]]):
         cfg = model.config
