@@ -12,7 +12,7 @@ Method
   from concurrent coroutines, `min_new_tokens` forcing exactly `new_tokens`
   tokens per row; group-normalised random advantages; `update_policy` with
   `UpdateSettings` of micro-batch `--micro-batch` (8), shared prompts and a
-  cap of `--micro-batch-tokens` (2048) forward tokens per micro-batch, as
+  cap of `--micro-batch-tokens` (1536) forward tokens per micro-batch, as
   `masrl train` defaults to; `--one-pass --micro-batch-tokens 0` is the
   update as it was before both (one pass per row, rows only).
 - `fullvocab` (contrast; needs >= 20 GB available, else skipped): the same
@@ -20,9 +20,12 @@ Method
   `log_softmax` for every position of the whole batch at once, gathers the
   response tokens' log-probs and back-propagates the policy-gradient loss.
   This is what the micro-batched response-only path avoids.
-- The same step again with glibc's mmap threshold fixed
-  (`MALLOC_MMAP_THRESHOLD_=65536` in the child's environment): shows how
-  much of the peak is allocator fragmentation rather than live tensors.
+- `step` runs under the allocator `masrl train` runs under: jemalloc when the
+  system has it (masrl.memory), else glibc's malloc. The same step then runs
+  under glibc's malloc as it comes, and with glibc's mmap threshold fixed
+  (`MALLOC_MMAP_THRESHOLD_=65536`, what `trainer.low_memory` does): the gap is
+  allocator retention rather than live tensors, and the update seconds of the
+  three show what each allocator costs.
 - The result is the step's peak in GB against the 4 GB target, and the ratio
   fullvocab/step.
 
@@ -43,6 +46,8 @@ import time
 import torch
 from _util import GB, emit_json, max_rss_bytes, table, warn_if_busy
 
+from masrl.update import UpdateSettings
+
 POLICY = "solver"
 TARGET_GB = 4.0
 # The full-vocabulary update of the default batch peaked at 17 GB here: ask
@@ -54,6 +59,19 @@ NEEDED_FREE_GB = 20.0
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 
 
+def allocator_envs() -> dict[str, dict[str, str]]:
+    """Child environments by name: masrl train's allocator first, then glibc's malloc as is and tuned."""
+    from masrl.memory import find_jemalloc, jemalloc_env
+
+    glibc = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    jemalloc = jemalloc_env(glibc, find_jemalloc())
+    envs = {"jemalloc (masrl train's)": jemalloc} if jemalloc else {"glibc malloc (masrl train's: no jemalloc)": glibc}
+    if jemalloc:
+        envs["glibc malloc"] = glibc
+    envs["glibc, " + " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items())] = {**glibc, **MALLOC_ENV}
+    return envs
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2", help="smollm2 | tiny | a local HF directory")
@@ -63,10 +81,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--micro-batch-tokens", type=int, default=2048, help="update token cap per micro-batch; 0: none")
+    p.add_argument("--micro-batch-tokens", type=int, default=UpdateSettings.micro_batch_tokens,
+                   help="update token cap per micro-batch (masrl's default); 0: none")
     p.add_argument("--one-pass", action="store_true", help="the update without shared prompts (share_prompts=False)")
     p.add_argument("--skip-fullvocab", action="store_true")
-    p.add_argument("--skip-malloc-variant", action="store_true", help=f"skip the step run with {MALLOC_ENV}")
+    p.add_argument("--skip-malloc-variant", action="store_true", help="run the step under masrl train's allocator only")
     p.add_argument("--child", choices=["step", "fullvocab"], help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -146,7 +165,7 @@ def child_fullvocab(args) -> dict:
 
 def run_child(kind: str, env: dict[str, str] | None = None) -> dict:
     cmd = [sys.executable, __file__, *sys.argv[1:], "--child", kind]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env or dict(os.environ))
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise RuntimeError(f"child {kind!r} failed with exit code {proc.returncode}")
@@ -168,8 +187,11 @@ def main() -> None:
         return
     busy = warn_if_busy()
     batch = args.prompts * args.group
-    step = run_child("step")
-    tuned = None if args.skip_malloc_variant else run_child("step", MALLOC_ENV)
+    envs = allocator_envs()
+    if args.skip_malloc_variant:
+        envs = dict(list(envs.items())[:1])
+    steps = {name: run_child("step", env) for name, env in envs.items()}
+    step = next(iter(steps.values()))
     busy += [b for b in warn_if_busy() if b not in busy]  # timings only; RSS does not depend on it
     free = available_gb()
     full, skipped = None, None
@@ -191,18 +213,15 @@ def main() -> None:
         f"generate {step['generate_s']:.1f} s, update {step['update_s']:.1f} s"
     )
     rows = [
-        ["step (micro-batched, response-only)", *(f"{step[k] / GB:.2f}" for k in ("loaded", "generated", "updated"))],
+        [f"step, {name}", *(f"{r[k] / GB:.2f}" for k in ("loaded", "generated", "updated")), f"{r['update_s']:.1f}"]
+        for name, r in steps.items()
     ]
-    if tuned:
-        name = " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items())
-        rows.append([f"same step, {name}", *(f"{tuned[k] / GB:.2f}" for k in ("loaded", "generated", "updated"))])
     if full:
-        rows.append(["full-vocab logits, whole batch", f"{full['loaded'] / GB:.2f}", "-", f"{full['updated'] / GB:.2f}"])
-    print(table(rows, ["peak RSS (GB) after", "load", "generate", "update"]))
+        rows.append(["full-vocab logits, whole batch", f"{full['loaded'] / GB:.2f}", "-", f"{full['updated'] / GB:.2f}",
+                     f"{full['update_s']:.1f}"])  # fmt: skip
+    print(table(rows, ["peak RSS (GB) after", "load", "generate", "update", "update s"]))
     peak = step["updated"] / GB
     print(f"GRPO step peak RSS = {peak:.2f} GB (target <= {TARGET_GB:.0f} GB): {'ok' if peak <= TARGET_GB else 'OVER'}")
-    if tuned:
-        print(f"with a fixed malloc mmap threshold the same step peaks at {tuned['updated'] / GB:.2f} GB")
     ratio = None
     if full:
         ratio = full["updated"] / step["updated"]
@@ -218,7 +237,8 @@ def main() -> None:
             "new_tokens": args.new_tokens,
             "step_peak_gb": round(peak, 3),
             "load_peak_gb": round(step["loaded"] / GB, 3),
-            "step_peak_gb_fixed_mmap_threshold": round(tuned["updated"] / GB, 3) if tuned else None,
+            "allocator": next(iter(steps)),
+            "variants": {n: {"peak_gb": round(r["updated"] / GB, 3), "update_s": round(r["update_s"], 1)} for n, r in steps.items()},
             "target_gb": TARGET_GB,
             "fullvocab_peak_gb": round(full["updated"] / GB, 3) if full else None,
             "fullvocab_over_step": round(ratio, 2) if ratio else None,

@@ -29,8 +29,9 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "masrl: install chromium (Debian: apt-get install chromium) for the viewer's browser test" >&2
   fi
 fi
-# jemalloc: an allocator that returns freed memory to the OS without glibc's page-fault cost
-# (bench/peak_rss.py --env LD_PRELOAD=... and bench/grpo_step_rss.py compare it with glibc's).
+# jemalloc: an allocator that returns freed memory to the OS without glibc's page-fault cost;
+# `masrl train` and `eval` restart under it when it is installed (masrl/memory.py; MASRL_ALLOCATOR=system
+# opts out), and bench/peak_rss.py --env MASRL_ALLOCATOR=system and bench/grpo_step_rss.py compare it with glibc's.
 if ! ldconfig -p 2>/dev/null | grep -q libjemalloc.so.2; then
   if [ "$SUDO" != none ] && command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get install -y -q libjemalloc2 || echo "masrl: libjemalloc2 not installed (optional)" >&2

@@ -7,6 +7,9 @@
   re-merges and still equals HF generate; the reference (None) is the base;
 - each sampled token's log-prob equals the trainer's (response_logprobs) to 1e-5;
 - samples follow the model's distribution (a one-token draw of 4,000 rows);
+- the plain decoder (masrl.rollout.llama_decoder) computes HF's logits for left-padded shared prompts and
+  every step after them, for Llama and for Qwen2 (q/k/v biases), and the lean loop through it samples
+  what the loop through HF's forward samples;
 - `rollout.engine=lean` trains end to end.
 """
 
@@ -19,7 +22,8 @@ import torch
 
 from masrl.agents.policy import LoraSpec, PolicyModel, SamplingParams
 from masrl.models import load_model
-from masrl.rollout.decode import top_p_filter
+from masrl.rollout.decode import MergedWeights, sample_batch, top_p_filter
+from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, fused_weights, supported
 from masrl.types import Sample
 from masrl.update import UpdateSettings, update_policy
 
@@ -90,7 +94,7 @@ def test_greedy_with_eos_equals_hf_generate():
 
 def test_a_stop_string_ends_its_row_where_it_completes():
     """Sample with a seed; a character row 0 first emits mid-row, as a stop string, cuts row 0 right after it
-    (rows draw from one generator, so the row's draws up to there are the same)."""
+    (each row draws one uniform per step whatever the other rows do, so the row's draws up to there are the same)."""
     pm = make_policy()
     rows, tok = prompts(), pm.tokenizer
     free, _ = pm.sample(rows, SamplingParams(max_new_tokens=16, seed=5), "red")
@@ -152,3 +156,59 @@ def test_training_with_the_lean_engine(tiny_config, parity_reward):
     run = train(tiny_config("trainer.steps=2", "eval.before=false", "rollout.engine=lean"))
     metrics = [line for line in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in line]
     assert len(metrics) == 2
+
+
+def tiny_qwen2():
+    """A random 2-layer Qwen2 (q/k/v projections with biases) on the tiny model's tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = load_model("tiny").tokenizer
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).float().eval()
+    with torch.no_grad():  # biases start at 0: make them act
+        for name, p in model.named_parameters():
+            if name.endswith("proj.bias"):
+                p.copy_(torch.randn(p.shape) * 0.5)
+    return model, tok
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_plain_decoder_equals_hf_forward(arch):
+    model, tok = (load_model("tiny").model.eval(), None) if arch == "llama" else tiny_qwen2()
+    assert supported(model)
+    decoder = LlamaDecoder(model, fused_weights(model))
+    rows = prompts()  # 4 distinct prompts of 3 to 12 tokens, 3 rows each
+    distinct = list(dict.fromkeys(tuple(p) for p in rows))
+    owner = torch.tensor([distinct.index(tuple(p)) for p in rows])
+    p_len, steps = max(map(len, distinct)), 5
+    ids = torch.zeros(len(distinct), p_len, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(distinct):
+        ids[i, p_len - len(p) :], mask[i, p_len - len(p) :] = torch.tensor(p), 1
+    new = torch.randint(3, 250, (len(rows), steps), generator=torch.Generator().manual_seed(4))  # [B, steps]
+    with torch.no_grad():
+        cache = KVCache(decoder, len(rows), p_len + steps, decoder.embed)
+        got = [decoder.prefill(ids, mask, cache, owner)]
+        pos = mask.sum(-1)[owner]
+        for j in range(steps):
+            got.append(decoder.step(new[:, j], pos + j, cache))
+        full_ids = torch.cat([ids[owner], new], 1)
+        full_mask = torch.cat([mask[owner], torch.ones_like(new)], 1)
+        want = model(input_ids=full_ids, attention_mask=full_mask, position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits
+    for j, logits in enumerate(got):
+        torch.testing.assert_close(logits, want[:, p_len - 1 + j], rtol=0, atol=1e-5)
+
+
+def test_the_plain_loop_samples_what_the_hf_loop_samples():
+    pm = make_policy()
+    merged = MergedWeights(pm.model)
+    merged.sync("blue")
+    assert merged.decoder is not None
+    params = SamplingParams(max_new_tokens=10, temperature=0.8, seed=7)
+    plain = sample_batch(merged.model, pm.tokenizer, prompts(), params, merged.decoder)
+    hf = sample_batch(merged.model, pm.tokenizer, prompts(), params, None)
+    assert plain[0] == hf[0]
+    for a, b in zip(plain[1], hf[1]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-5)

@@ -39,8 +39,10 @@ def _one_clean_message(done: subprocess.CompletedProcess, *needles: str) -> str:
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     # one message (progress bars and library warnings aside, and a bar may leave the line
-    # unfinished): what is wrong, then (config.py) one indented line per problem
-    found = re.findall(r"masrl: [^\r\n]*(?:\n  [^\r\n]*)*", done.stderr)
+    # unfinished): what is wrong, then (config.py) one indented line per problem. A run that got as
+    # far as starting also said which memory allocator it restarted under (masrl.memory): a note.
+    stderr = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("masrl: memory allocator"))
+    found = re.findall(r"masrl: [^\r\n]*(?:\n  [^\r\n]*)*", stderr)
     assert len(found) == 1, done.stderr
     message = found[0]
     for needle in needles:

@@ -42,7 +42,9 @@ def _cli(*args: str) -> list[str]:
 
 def _train_rows(run: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    drop = ("sample_seconds", "update_seconds", "gen_tokens_per_s", "update_tokens_per_s")
+    # measurements of the process, not results (as test_faults and test_pipeline_smoke drop them): peak RSS
+    # varies by a few hundred KB between runs under jemalloc, whose threads take arenas in the order they run
+    drop = ("sample_seconds", "update_seconds", "gen_tokens_per_s", "update_tokens_per_s", "rss_gb")
     return [{k: v for k, v in r.items() if k not in drop} for r in rows if r["kind"] == "train"]
 
 

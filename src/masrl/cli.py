@@ -99,6 +99,7 @@ _DISK_ERRORS = frozenset((errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES,
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.own_process = argv is None  # started from the command line, not called with a list
     try:
         if args.command not in _COMMANDS:
             return _system_commands()[args.command][1].run(args)
@@ -121,6 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _under_jemalloc(args) -> None:
+    """`masrl train` and `eval` started from the command line re-execute themselves once with jemalloc
+    preloaded (masrl.memory: glibc keeps freed activations and caches). Called once the config has
+    loaded, so a config error is still one message and nothing restarts for it."""
+    if getattr(args, "own_process", False):
+        from masrl.memory import reexec_with_jemalloc
+
+        reexec_with_jemalloc(sys.argv[1:])
+
+
 def _train(args) -> int:
     from masrl.train import TrainingError, train
 
@@ -132,10 +143,13 @@ def _train(args) -> int:
                 raise ConfigError(f"{args.resume} is not a run directory (no config.yaml)")
             if args.seeds is not None:
                 raise ConfigError("--resume continues one run; resume each RUN_DIR-seed<k> on its own")
+            load_config(Path(args.resume) / "config.yaml")  # a broken saved config fails here, before a restart
+            _under_jemalloc(args)
             run_dir = train(None, resume=args.resume)
         else:
             path, overrides = _split_config(args.config, args.overrides)
             config = load_config(path, overrides)
+            _under_jemalloc(args)
             if args.seeds is not None:
                 for seeded in seed_configs(config, args.seeds):
                     print(f"masrl: seed {seeded.run.seed} -> {seeded.run.dir}", file=sys.stderr)
@@ -172,12 +186,15 @@ def _eval(args) -> int:
         if target and Path(target).is_dir():
             if overrides:
                 raise ConfigError("a run directory is evaluated with its saved config; pass no overrides")
+            _under_jemalloc(args)
             engine = load_trained(Path(target))
             out = Path(args.out) if args.out else Path(target) / "eval.json"
         else:
             from masrl.engine import build_engine
 
-            engine = build_engine(load_config(target, overrides))
+            config = load_config(target, overrides)
+            _under_jemalloc(args)
+            engine = build_engine(config)
             out = Path(args.out) if args.out else None
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)

@@ -94,7 +94,8 @@ class RolloutConfig(Section):
     engine: Literal["hf", "lean", "openai"] = Field(
         "hf", description="hf: HF generate with the trainer's own model, the reference (in process, or on "
         "rollout.workers Ray actors); lean: in process, merged adapter weights re-merged after every update, one "
-        "prefill per distinct prompt, finished rows leave the batch (masrl/rollout/decode.py); openai: the "
+        "prefill per distinct prompt, finished rows leave the batch, Llama-family models through its own decoder "
+        "over a preallocated KV cache (masrl/rollout/decode.py); openai: the "
         "OpenAI-compatible inference servers in rollout.servers (`masrl serve --inference`, vLLM, SGLang), which "
         "load the trained LoRA adapters at runtime (docs/scale.md)"
     )
@@ -204,7 +205,8 @@ class TrainerConfig(Section):
     )
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
     low_memory: bool = Field(
-        False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates (masrl/memory.py)"
+        False, description="fix glibc's mmap threshold: about half the peak RSS, slower updates; for runs without "
+        "jemalloc, which `masrl train` restarts under when the system has it (masrl/memory.py)"
     )
     max_minutes: float | None = Field(
         None,
@@ -228,7 +230,7 @@ class TrainerConfig(Section):
         False, description="recompute activations in the backward pass: less memory for long prompts, more compute"
     )
     micro_batch_tokens: int | None = Field(
-        2048, ge=1, description="also cut a micro-batch before its forward pass exceeds this many token positions "
+        1536, ge=1, description="also cut a micro-batch before its forward pass exceeds this many token positions "
         "(padding included, a shared prompt counted once): bounds the activations a long-prompt batch keeps for "
         "the backward pass; null: only micro_batch counts"
     )

@@ -44,7 +44,7 @@ class UpdateSettings:
     decoupled: bool = False
     behavior_cap: float | None = None
     share_prompts: bool = True  # run each distinct prompt of a micro-batch once (PolicyModel._shared_prompt_logprobs)
-    micro_batch_tokens: int | None = 2048  # cap on a micro-batch's forward tokens (micro_batches)
+    micro_batch_tokens: int | None = 1536  # cap on a micro-batch's forward tokens (micro_batches)
 
 
 def length(sample: Sample) -> int:

@@ -282,7 +282,7 @@ class PolicyModel:
             if self._merged is None:
                 self._merged = MergedWeights(self.model)
             self._merged.sync(policy)
-            return sample_batch(self._merged.model, self.tokenizer, prompts, params)
+            return sample_batch(self._merged.model, self.tokenizer, prompts, params, self._merged.decoder)
 
     # ---- log-probs for the update ---------------------------------------------
     def response_logprobs(

@@ -14,6 +14,15 @@ This one samples the same policy with less work per token:
   distinct prompt is run once and its KV cache gathered to its rows.
 - **A short loop.** Sample, append, stop rows at EOS or a stop string, and
   drop finished rows from the batch (HF keeps them, decoding padding).
+- **A plain forward.** For Llama-family models the loop runs
+  `LlamaDecoder` (masrl/rollout/llama_decoder.py): a KV cache allocated once
+  at its final length, fused q/k/v and gate/up weights packed for oneDNN,
+  no per-token mask building or module calls. Other models use their own
+  forward and HF's cache in the same loop (`HFForward`).
+- **Cheap sampling.** Each row inverts its cumulative distribution at one
+  uniform draw per step (`pick_tokens`), drawn for every row of the call
+  whether it is still running or not, so a row's sample does not depend on
+  when the others finish.
 
 Each sampled token's log-prob under the sampling distribution (temperature
 and top-p applied) is returned alongside, so a caller can compare it with
@@ -29,6 +38,7 @@ from collections.abc import Sequence
 import torch
 
 from masrl.agents.policy import Generation, SamplingParams, finish_row, left_pad
+from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, fused_weights, supported, tie_to_fused
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -47,48 +57,109 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def pick_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next token of each row and its log-prob under the sampling distribution: [B, V] -> [B], [B]."""
+    """The next token of each row and its log-prob under the sampling distribution: [B, V], [B] -> [B], [B].
+
+    Sampling inverts each row's cumulative distribution at its uniform draw
+    `uniform` (in [0, 1)): one random number per row, where `torch.multinomial`
+    draws an exponential per vocabulary entry (49k for SmolLM2: most of a
+    32-row step's sampling cost). The log-prob is x_t - logsumexp(x), as the
+    trainer computes it (masrl.algos.losses.token_logprobs)."""
+    x = logits.float()
     if params.greedy:
-        logp = logits.float().log_softmax(-1)
-        token = logp.argmax(-1)
+        token = x.argmax(-1)
     else:
-        logp = top_p_filter(logits.float() / params.temperature, params.top_p).log_softmax(-1)
-        token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return token, logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+        x = top_p_filter(x / params.temperature, params.top_p)
+    top = x.max(-1, keepdim=True).values  # [B, 1]
+    e = (x - top).exp()  # [B, V]; 0 where top-p removed a token
+    total = e.sum(-1, keepdim=True)  # [B, 1]
+    if not params.greedy:
+        cdf = e.cumsum_(-1)  # in place: e is not needed after this
+        u = uniform.to(cdf.device).unsqueeze(-1) * cdf[:, -1:]  # [B, 1] in [0, total)
+        token = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=x.shape[-1] - 1)  # first cdf > u
+    picked = x.gather(-1, token.unsqueeze(-1)) - top - total.log()  # [B, 1]
+    return token, picked.squeeze(-1)
 
 
 def _stopped(tokenizer, tokens: list[int], stop: Sequence[str]) -> bool:
     return bool(stop) and any(s in tokenizer.decode(tokens, skip_special_tokens=True) for s in stop)
 
 
+class HFForward:
+    """Prefill and steps through the model's own forward and HF's cache (any architecture)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = None
+        self.attn: torch.Tensor | None = None  # [B, P + t]
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor, max_new: int) -> torch.Tensor:
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]: positions as generate() numbers left-padded prompts
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        self.cache = out.cache
+        self.cache.reorder_cache(owner)  # [U, ...] -> [B, ...]
+        self.attn = mask[owner]
+        return out.logits[owner, -1]  # [B, V]
+
+    def step(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.attn = torch.cat([self.attn, self.attn.new_ones(len(token), 1)], 1)
+        out = self.model(input_ids=token.unsqueeze(1), attention_mask=self.attn, position_ids=pos.unsqueeze(1),
+                         cache=self.cache, use_cache=True)  # fmt: skip
+        return out.logits[:, -1]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+        self.attn = self.attn[rows]
+
+
+class PlainForward:
+    """Prefill and steps through `LlamaDecoder` and a KV cache allocated once at its final length."""
+
+    def __init__(self, decoder: LlamaDecoder):
+        self.decoder = decoder
+        self.cache: KVCache | None = None
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor, max_new: int) -> torch.Tensor:
+        # The last sampled token is never fed back: the cache needs P + max_new - 1 positions.
+        self.cache = KVCache(self.decoder, len(owner), ids.shape[1] + max(max_new - 1, 0), self.decoder.embed)
+        return self.decoder.prefill(ids, mask, self.cache, owner)
+
+    def step(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.decoder.step(token, pos, self.cache)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self.cache.keep(rows)
+
+
 @torch.no_grad()
 def sample_batch(
-    model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams
+    model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams, decoder: LlamaDecoder | None = None
 ) -> tuple[list[Generation], list[list[float]]]:
-    """Generations for `prompts` (rows with the same prompt share one prefill) and each token's log-prob."""
+    """Generations for `prompts` (rows with the same prompt share one prefill) and each token's log-prob.
+
+    With a `decoder` (the merged weights of a Llama-family model) the loop runs
+    its plain forward over a preallocated cache; without, the model's own."""
     device = next(model.parameters()).device
     distinct: dict[tuple[int, ...], int] = {}
     owner = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)  # [B]
     ids, mask = left_pad(list(distinct), tokenizer.pad_token_id, device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]: positions as generate() numbers left-padded prompts
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    cache = out.cache
-    cache.reorder_cache(owner)  # [U, ...] -> [B, ...]
-    logits = out.logits[owner, -1]  # [B, V]
-    attn = mask[owner]  # [B, P + t]
+    forward = PlainForward(decoder) if decoder is not None else HFForward(model)
+    logits = forward.prefill(ids, mask, owner, params.max_new_tokens)  # [B, V]
     next_pos = mask.sum(-1)[owner]  # [B]
 
-    generator = None
+    generator = None  # torch's global generator, or the batch's own when seeded
     if params.seed is not None and not params.greedy:
-        generator = torch.Generator(device=device).manual_seed(params.seed)
+        generator = torch.Generator().manual_seed(params.seed)
     eos = tokenizer.eos_token_id
     rows: list[list[int]] = [[] for _ in prompts]
     logps: list[list[float]] = [[] for _ in prompts]
     live = list(range(len(prompts)))  # the batch's rows -> the caller's rows
     for step in range(params.max_new_tokens):
-        token, logp = pick_tokens(logits, params, generator)
+        # Every row of the call draws one uniform per step, finished or not, so what a row samples does
+        # not depend on when the others finish.
+        uniform = None if params.greedy else torch.rand(len(prompts), generator=generator)[live]
+        token, logp = pick_tokens(logits, params, uniform)
         keep = []
         for j, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
             row = live[j]
@@ -100,13 +171,10 @@ def sample_batch(
             break
         if len(keep) < len(live):  # finished rows leave the batch
             idx = torch.tensor(keep, device=device)
-            cache.batch_select_indices(idx)
-            token, attn, next_pos = token[idx], attn[idx], next_pos[idx]
+            forward.keep(idx)
+            token, next_pos = token[idx], next_pos[idx]
             live = [live[j] for j in keep]
-        attn = torch.cat([attn, attn.new_ones(len(live), 1)], 1)
-        out = model(input_ids=token.unsqueeze(1), attention_mask=attn, position_ids=next_pos.unsqueeze(1),
-                    cache=cache, use_cache=True)  # fmt: skip
-        logits = out.logits[:, -1]
+        logits = forward.step(token, next_pos)
         next_pos = next_pos + 1
     gens = [finish_row(tokenizer, r, params) for r in rows]
     return gens, [lp[: len(g.response_ids)] for lp, g in zip(logps, gens)]
@@ -116,10 +184,11 @@ class MergedWeights:
     """A plain copy of a peft-wrapped decoder with one adapter's LoRA merged into its weights.
 
     Only the adapted projections get their own tensors (W + scale * B A); the
-    embeddings, norms and head are the base's own. `sync(policy)` re-merges
-    when the policy changed or any of its adapter tensors was modified in
-    place since the last merge (torch's per-tensor version counter), and
-    returns the seconds it spent (0 when nothing changed)."""
+    embeddings, norms and head are the base's own. For Llama-family models
+    q/k/v and gate/up are views into one buffer each, which `decoder` runs.
+    `sync(policy)` re-merges when the policy changed or any of its adapter
+    tensors was modified in place since the last merge (torch's per-tensor
+    version counter), and says whether it did."""
 
     def __init__(self, peft_model):
         from peft.tuners.lora import LoraLayer
@@ -146,6 +215,13 @@ class MergedWeights:
         if missing:
             raise RuntimeError(f"merged copy is missing weights: {missing[:3]}")
         self.model.eval().requires_grad_(False)
+        # Llama-family decoders sample through LlamaDecoder: q/k/v and gate/up live side by side in
+        # one buffer each (the merged model's weights are views into them, so a re-merge writes both).
+        self.decoder: LlamaDecoder | None = None
+        if supported(self.model):
+            fused = fused_weights(self.model)
+            tie_to_fused(self.model, fused)
+            self.decoder = LlamaDecoder(self.model, fused)
         self._key: tuple | None = None
 
     def _version(self, policy: str | None) -> tuple:
@@ -165,7 +241,21 @@ class MergedWeights:
             target = merged[name].weight
             if policy is None or policy not in layer.lora_A:
                 target.copy_(w)
-            else:
+            elif _plain_lora(layer, policy):  # W + scale * B A in one pass, written in place
+                a, b = layer.lora_A[policy].weight, layer.lora_B[policy].weight
+                torch.addmm(w, b.to(w.dtype), a.to(w.dtype), alpha=layer.scaling[policy], out=target)
+            else:  # DoRA, transposed (Conv1D) weights, ...: peft's own delta
                 target.copy_(w + layer.get_delta_weight(policy).to(w.dtype))
+        if self.decoder is not None:
+            self.decoder.refresh()
         self._key = key
         return True
+
+
+def _plain_lora(layer, policy: str) -> bool:
+    """A LoRA linear layer whose delta is scale * B A as is (no DoRA magnitude, no transposed weight)."""
+    return (
+        isinstance(layer.lora_A[policy], torch.nn.Linear)
+        and not layer.use_dora.get(policy, False)
+        and not getattr(layer, "fan_in_fan_out", False)
+    )
