@@ -133,6 +133,19 @@ def test_sampled_logprobs_equal_the_trainers():
         torch.testing.assert_close(torch.tensor(lp), trainer[i, : len(lp)].detach(), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("engine", ["lean", "hf"])
+def test_generate_with_logprobs_returns_the_sampling_logprobs_the_trainer_computes(engine):
+    """What a rollout worker records as the behaviour policy (SamplingParams.logprobs), either engine."""
+    pm = make_policy(engine)
+    rows = prompts()
+    gens = pm.generate(rows, SamplingParams(max_new_tokens=12, temperature=0.7, seed=3, logprobs=True), "red")
+    trainer, _ = pm.response_logprobs(rows, [g.response_ids for g in gens], "red", temperature=0.7)
+    for i, g in enumerate(gens):
+        assert g.logprobs is not None and len(g.logprobs) == len(g.response_ids) > 0
+        torch.testing.assert_close(torch.tensor(g.logprobs), trainer[i, : len(g.logprobs)].detach(), rtol=0, atol=1e-5)
+    assert all(g.logprobs is None for g in pm.generate(rows, SamplingParams(max_new_tokens=4, temperature=0.7), "red"))
+
+
 def test_samples_follow_the_models_distribution():
     pm = make_policy()
     prompt = prompts()[0]

@@ -261,7 +261,10 @@ class PolicyModel:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
         if self.engine == "lean":
-            return self.sample(prompts, params, policy)[0]
+            gens, logps = self.sample(prompts, params, policy)
+            if not params.logprobs:
+                return gens
+            return [replace(g, logprobs=tuple(lp)) for g, lp in zip(gens, logps)]
         with self._lock, self.use(policy) as model, self.placement.autocast():
             return generate_batch(model, self.tokenizer, prompts, params)
 

@@ -102,13 +102,12 @@ class RolloutWorker:
             for name, state in ray.get(refs[0]).items():
                 self.model.load_state_dict(name, state)
             self.version = version
-        gens = self.model.generate(prompts, params, policy)
-        if not (self.spec.logprobs and policy is not None and not params.greedy):
-            return [replace(g, version=version) for g in gens]
-        with torch.no_grad():  # the same function the trainer's loss uses, so pi_behav and pi_prox agree
-            logp, _ = self.model.response_logprobs(prompts, [g.response_ids for g in gens], policy, params.temperature)
-        return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist()), version=version)
-                for i, g in enumerate(gens)]  # fmt: skip
+        if self.spec.logprobs and policy is not None and not params.greedy:
+            # The behaviour log-probs come from the logits each token was drawn from (x_t - logsumexp x,
+            # as the trainer's loss computes them): a second forward over the batch to score it would
+            # cost as much as the generation again (bench/rollout_scale.py).
+            params = replace(params, logprobs=True)
+        return [replace(g, version=version) for g in self.model.generate(prompts, params, policy)]
 
 
 class RayWorkers:
