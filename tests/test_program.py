@@ -21,6 +21,7 @@ from masrl.cli import main
 from masrl.config import ConfigError, load_config
 from masrl.engine import build_engine
 from masrl.rollout.tree import Parallel, PerTurnGreedy, expand, rollout
+from masrl.systems.program import interpreter
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.runner import parse_last_line
 from masrl.systems.program.system import ProgramSystem, checked, fault_metrics
@@ -241,6 +242,16 @@ def test_a_missing_program_is_a_config_error(run_dir):
     with pytest.raises(ConfigError, match="neither on PATH nor a file"):
         build_engine(load_config(str(SOLVER_CHECKER / "config.yaml"),
                                  [*tiny_run(), f"run.dir={run_dir}", "system.command=./no/such/program"]))  # fmt: skip
+
+
+def test_python_as_the_program_is_the_interpreter_masrl_runs_on(run_dir, monkeypatch):
+    # `.venv/bin/masrl train examples/.../config.yaml` from a shell whose PATH has no venv: the shipped
+    # command `python solver_checker.py` must still start the venv's Python (it has `openai`).
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    engine = build_engine(load_config(str(SOLVER_CHECKER / "config.yaml"), [*tiny_run(), f"run.dir={run_dir}"]))
+    assert engine.system.config.command == [PY, "examples/program-solver-checker/solver_checker.py"]
+    assert interpreter(["python3", "-u", "x.py"]) == [PY, "-u", "x.py"]
+    assert interpreter(["/opt/env/bin/python", "x.py"]) == ["/opt/env/bin/python", "x.py"]  # a path is kept
 
 
 # ---------------------------------------------------------------- replay branching

@@ -11,6 +11,7 @@ call trees the gateway recorded (docs/program.md).
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 from masrl.config import ConfigError
@@ -21,10 +22,23 @@ from masrl.systems.program.system import ProgramSystem
 RULES = ("parallel", "fork_on_first", "per_turn_greedy", "full_tree")
 
 
+def interpreter(command: list[str]) -> list[str]:
+    """The command, with `python` or `python3` as its program meaning the interpreter masrl runs on.
+
+    So an example's `python solver_checker.py` finds masrl's own environment (the `openai` client
+    and the rest) whether or not that environment is activated: `.venv/bin/masrl train` from a
+    shell without the venv on PATH would otherwise start whichever Python comes first there.
+    Name a path (`/opt/env/bin/python`) to run a program under another interpreter.
+    """
+    if command[0] in ("python", "python3"):
+        return [sys.executable, *command[1:]]
+    return list(command)
+
+
 def build(config, task) -> Built:
     from masrl.pools.build import build_agent
 
-    c = config.system
+    c = config.system.model_copy(update={"command": interpreter(config.system.command)})
     program = c.command[0]
     where = Path(c.cwd or ".") / program
     if shutil.which(program) is None and not where.exists():
