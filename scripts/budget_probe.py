@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
@@ -47,17 +46,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--split", choices=["train", "eval"], default="train")
     args = parser.parse_args(argv)
 
-    if Path(args.target).is_dir():
-        from masrl.train import load_trained
+    from masrl.config import ConfigError
+    from masrl.train import TrainingError, load_engine
 
-        if args.overrides:
-            raise SystemExit("budget_probe: a run directory is probed with its saved config; pass no overrides")
-        engine = load_trained(Path(args.target))
-    else:
-        from masrl.config import load_config
-        from masrl.engine import build_engine
-
-        engine = build_engine(load_config(args.target, args.overrides))
+    try:
+        engine = load_engine(args.target, args.overrides)
+    except (ConfigError, TrainingError) as exc:
+        raise SystemExit(f"budget_probe: {exc}")
     system = engine.system
     if not getattr(system, "numbered", False):
         raise SystemExit("budget_probe: needs the budget system with system.protocol=decide and system.labels=numbers")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -53,17 +52,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--split", choices=["train", "eval"], default="train")
     args = parser.parse_args(argv)
 
-    if Path(args.target).is_dir():
-        from masrl.train import load_trained
+    from masrl.config import ConfigError
+    from masrl.train import TrainingError, load_engine
 
-        if args.overrides:
-            raise SystemExit("router_probe: a run directory is probed with its saved config; pass no overrides")
-        engine = load_trained(Path(args.target))
-    else:
-        from masrl.config import load_config
-        from masrl.engine import build_engine
-
-        engine = build_engine(load_config(args.target, args.overrides))
+    try:
+        engine = load_engine(args.target, args.overrides)
+    except (ConfigError, TrainingError) as exc:
+        raise SystemExit(f"router_probe: {exc}")
     system = engine.system
     if engine.config.system.kind != "router":
         raise SystemExit("router_probe: needs the router system")

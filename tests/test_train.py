@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 import masrl.train
-from masrl.config import load_config
+from masrl.config import ConfigError, load_config
 from masrl.tasks import build_task
-from masrl.train import RunLogger, TrainingError, score, train
+from masrl.train import RunLogger, TrainingError, load_engine, score, train
 from masrl.types import AgentError, Call, Episode, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -189,6 +189,19 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
     train(config)
     with pytest.raises(TrainingError, match="already holds a run"):
         train(config)
+
+
+def test_load_engine_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides, run_dir):
+    config = tiny_config("trainer.steps=1", "eval.before=false")
+    train(config)
+    trained = load_engine(str(run_dir))  # the run's saved config and its step-1 adapter
+    saved = load_file(run_dir / "checkpoints" / "step_000001" / "policy" / "solver.safetensors")
+    state = trained.models["solver"].state_dict("solver")
+    assert saved and saved.keys() == state.keys() and all(torch.equal(saved[k], state[k]) for k in saved)
+    with pytest.raises(ConfigError, match="pass no overrides"):
+        load_engine(str(run_dir), ["trainer.lr=1"])
+    fresh = load_engine(tiny_overrides[0], [*tiny_overrides[1:], "model.lora_rank=2"])  # a config: untrained
+    assert fresh.config.model.lora_rank == 2 and fresh.config.run.dir == config.run.dir
 
 
 def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):

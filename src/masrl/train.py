@@ -565,6 +565,16 @@ def load_trained(run_dir: Path, model=None) -> Engine:
     return engine
 
 
+def load_engine(target: str | None, overrides: Sequence[str] = ()) -> Engine:
+    """A trained run's engine (a run directory: its saved config, latest checkpoint) or an untrained one
+    (a config name or file, or None for the default, with dotted overrides)."""
+    if target and Path(target).is_dir():
+        if overrides:
+            raise ConfigError(f"{target} is loaded with its saved config; pass no overrides")
+        return load_trained(Path(target))
+    return build_engine(load_config(target, overrides))
+
+
 def _log_eval(engine: Engine, logger: "RunLogger", step: int, label: str, final: bool = False) -> dict[str, float]:
     """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
     items = engine.task.items("eval", 0, engine.config.eval.size)
