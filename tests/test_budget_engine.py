@@ -71,10 +71,11 @@ def logit_gradients(engine, samples: list[Sample]) -> list[tuple[Sample, list[in
     for logits, mb in zip(captured, batches):
         ids, _, _, p_len, _ = engine.model._layout([s.prompt_ids for s in mb], [s.response_ids for s in mb])
         width, kept = ids.shape[1], logits.shape[1]
+        assert kept == width - p_len  # the response positions' predictors only (logits_to_keep)
         grad = logits.grad.abs().sum(-1)  # [B, kept]
         for b, s in enumerate(mb):
-            # logit k is read at position width-kept+k and predicts the token at the next position
-            predicted = {width - kept + k + 1: float(grad[b, k]) for k in range(kept) if width - kept + k + 1 < width}
+            # logit k is read at position p_len-1+k and predicts the token at the next position
+            predicted = {p_len + k: float(grad[b, k]) for k in range(kept)}
             out.append((s, ids[b].tolist(), p_len, predicted))
     return out
 

@@ -225,3 +225,31 @@ def test_token_logprobs_bf16_returns_float32():
     out = token_logprobs(logits, torch.tensor([[1]]))
     assert out.dtype == torch.float32
     assert out.item() == pytest.approx(math.log(0.75), abs=1e-2)
+
+
+def test_token_logprobs_gradient_is_onehot_minus_softmax():
+    # d/dx_v log softmax(x / T)_t = (1[v = t] - softmax(x / T)_v) / T, weighted by the incoming gradient.
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(3, 5, 11, generator=g, dtype=torch.float64)
+    targets = torch.randint(11, (3, 5), generator=g)
+    weights = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    for temp in (1.0, 0.5):
+        x = logits.clone().requires_grad_(True)
+        (token_logprobs(x, targets, temp) * weights).sum().backward()
+        soft = torch.softmax(logits / temp, -1)
+        want = (torch.nn.functional.one_hot(targets, 11).to(soft.dtype) - soft) * weights[..., None] / temp
+        close(x.grad, want, atol=1e-12)
+        x2 = logits.clone().requires_grad_(True)
+        assert torch.autograd.gradcheck(lambda t: token_logprobs(t, targets, temp), (x2,))
+
+
+def test_token_logprobs_backward_twice_with_retained_graph():
+    # The saved softmax numerator is not overwritten: a retained graph gives the same gradient again.
+    x = torch.tensor([[[0.0, 1.0, 2.0]]], requires_grad=True)
+    out = token_logprobs(x, torch.tensor([[2]]))
+    out.sum().backward(retain_graph=True)
+    first = x.grad.clone()
+    out.sum().backward()
+    close(x.grad, 2 * first, atol=1e-7)
+    soft = torch.softmax(torch.tensor([0.0, 1.0, 2.0]), -1)
+    close(first[0, 0], torch.tensor([0.0, 0.0, 1.0]) - soft, atol=1e-7)

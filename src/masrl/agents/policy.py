@@ -179,6 +179,8 @@ class PolicyModel:
         else:
             from peft import LoraConfig, get_peft_model
 
+            from masrl.agents.lora_linear import FusedLoraLinear
+
             cfg = LoraConfig(
                 r=lora.rank,
                 lora_alpha=lora.alpha,
@@ -186,6 +188,7 @@ class PolicyModel:
                 target_modules=list(lora.target_modules),
                 task_type="CAUSAL_LM",
             )
+            cfg._register_custom_module({torch.nn.Linear: FusedLoraLinear})  # peft's layer, fused forward
             self.model = get_peft_model(loaded.model, cfg, adapter_name=self.policies[0])
             for name in self.policies[1:]:
                 self.model.add_adapter(name, cfg)
@@ -306,10 +309,10 @@ class PolicyModel:
         if share_prompts and self._can_share(prompts):
             return self._shared_prompt_logprobs(prompts, responses, policy, temperature)
         ids, attn, pos, p_len, r_len = self._layout(prompts, responses)
+        keep = torch.arange(p_len - 1, p_len - 1 + r_len, device=ids.device)  # position P-1+j predicts response token j
         with self.use(policy) as model, self.placement.autocast():
-            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=r_len + 1, use_cache=False)
-        logits = out.logits[:, :-1]  # [B, R, V]: position P-1+j predicts response token j
-        logp = token_logprobs(logits, ids[:, p_len:], temperature)  # [B, R]
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep, use_cache=False)
+        logp = token_logprobs(out.logits, ids[:, p_len:], temperature)  # logits [B, R, V] -> [B, R]
         return logp, attn[:, p_len:].to(logp.dtype)
 
     def _can_share(self, prompts: Sequence[Sequence[int]]) -> bool:
@@ -358,11 +361,15 @@ class PolicyModel:
             first = model(input_ids=p_ids, attention_mask=p_attn, position_ids=p_pos, use_cache=True, logits_to_keep=1)
             cache = first.cache
             cache.reorder_cache(owner)  # [U, H, P, D] -> [B, H, P, D]: index_select, differentiable
+            # The last response position predicts nothing: its logits are never computed (a slice of
+            # the full logits would also cost a vocabulary-sized zero tensor in the backward).
+            keep = torch.arange(r_len - 1, device=device)
             out = model(
-                input_ids=r_ids, attention_mask=attn, position_ids=r_pos, cache=cache, use_cache=True
+                input_ids=r_ids, attention_mask=attn, position_ids=r_pos, cache=cache, use_cache=True,
+                logits_to_keep=keep,
             )  # fmt: skip
         head = token_logprobs(first.logits[owner], r_ids[:, :1], temperature)  # [B, 1]
-        rest = token_logprobs(out.logits[:, :-1], r_ids[:, 1:], temperature)  # [B, R-1]
+        rest = token_logprobs(out.logits, r_ids[:, 1:], temperature)  # [B, R-1]
         logp = torch.cat([head, rest], 1)  # [B, R]
         return logp, r_attn.to(logp.dtype)
 
