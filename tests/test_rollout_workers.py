@@ -189,7 +189,7 @@ def test_sigkill_of_a_generating_worker_mid_step_the_step_completes_and_counts_i
 @pytest.mark.slow
 def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(tiny_config, tmp_path, ray_dir):
     run = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'async'}", "rollout.workers=1", "rollout.max_staleness=1",
-                            "trainer.steps=4"))  # fmt: skip
+                            "trainer.steps=4", "trainer.log_episodes=1000"))  # fmt: skip
     recs = records(run)
     assert [r["step"] for r in recs] == [1, 2, 3, 4]
     assert recs[0]["rollout/staleness_max"] == 0  # step 1 is sampled with the initial adapters
@@ -197,6 +197,13 @@ def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(
     assert all(r["rollout/staleness_max"] <= 1 for r in recs) and any(r["rollout/staleness_max"] == 1 for r in recs)
     weights = [r[k] for r in recs for k in r if k.endswith("/behavior_weight_mean")]
     assert weights and all(w > 0 and math.isfinite(w) for w in weights)
+    # The generation rate is the sampling's own (it ran on the background thread), not tokens over
+    # the loop's wait, which is ~0 for a step sampled while the previous one updated.
+    logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]  # every episode
+    tokens = [sum(c["tokens_out"] for ep in logged if ep["step"] == r["step"] for c in ep["calls"]) for r in recs]
+    for r, n in zip(recs, tokens):
+        assert r["rollout/generate_seconds"] > 0
+        assert r["gen_tokens_per_s"] == pytest.approx(n / r["rollout/generate_seconds"], rel=1e-9)
 
 
 def cluster_cpus(ray_cli: str, address: str, env: dict) -> float:

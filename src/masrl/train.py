@@ -341,11 +341,11 @@ def _steps(engine: Engine, config: Config, run_dir: Path, start: int, logger, ah
     trained_seconds = 0.0
     for step in range(start + 1, cfg.steps + 1):
         t0 = time.perf_counter()
-        episodes = None
+        episodes, t_generate = None, 0.0
         if main:  # 1. sample (rank 0; the others receive its episodes)
-            episodes = ahead.episodes(step) if ahead else sample_step(engine, step)
+            episodes, t_generate = ahead.episodes(step) if ahead else timed_sample_step(engine, step)
         episodes = distributed.broadcast(episodes)
-        t_sample = time.perf_counter() - t0
+        t_sample = time.perf_counter() - t0  # what this loop waited; less than t_generate when sampled ahead
         metrics = episode_metrics(episodes)
         if metrics["failed"] == metrics["trajectories"]:
             first = next(c.error for ep in episodes for c in ep.calls if c.error)
@@ -364,6 +364,8 @@ def _steps(engine: Engine, config: Config, run_dir: Path, start: int, logger, ah
             now = remote_failures(engine)
             metrics["rollout/failures"], failures = float(now - failures), now
             metrics.update(staleness(episodes, step))
+        if ahead:
+            metrics["rollout/generate_seconds"] = t_generate  # the step's sampling on the background thread
         gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
         upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss)
         metrics.update(scored.metrics)
@@ -371,7 +373,8 @@ def _steps(engine: Engine, config: Config, run_dir: Path, start: int, logger, ah
             rss_gb=peak_rss_gb(),
             sample_seconds=t_sample,
             update_seconds=t_update,
-            gen_tokens_per_s=gen_tokens / max(t_sample, 1e-9),
+            # the rate of the sampling itself: with rollouts ahead the loop may wait ~0 s for a whole step
+            gen_tokens_per_s=gen_tokens / max(t_generate if main else t_sample, 1e-9),
             update_tokens_per_s=upd_tokens / max(t_update, 1e-9) if upd_tokens else 0.0,
         )
         if main:  # 5. log
@@ -413,6 +416,13 @@ def sample_step(engine: Engine, step: int) -> list[Episode]:
     return asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, key, env=engine.env))
 
 
+def timed_sample_step(engine: Engine, step: int) -> tuple[list[Episode], float]:
+    """`sample_step` and the seconds it took."""
+    t0 = time.perf_counter()
+    episodes = sample_step(engine, step)
+    return episodes, time.perf_counter() - t0
+
+
 class RolloutAhead:
     """Asynchronous rollouts (AReaL's, bounded staleness; Fu et al. 2025, sec. 5.1): while step s
     updates, steps s+1 .. s+k are sampled one after another on a background thread with whatever
@@ -426,10 +436,11 @@ class RolloutAhead:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masrl-rollout-ahead")
         self.futures: dict = {}
 
-    def episodes(self, step: int) -> list[Episode]:
+    def episodes(self, step: int) -> tuple[list[Episode], float]:
+        """Step `step`'s episodes and the seconds their sampling took (on the background thread)."""
         for s in range(step, min(step + self.k, self.last) + 1):
             if s not in self.futures:
-                self.futures[s] = self.pool.submit(sample_step, self.engine, s)
+                self.futures[s] = self.pool.submit(timed_sample_step, self.engine, s)
         return self.futures.pop(step).result()
 
     def settle(self) -> None:
