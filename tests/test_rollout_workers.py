@@ -197,6 +197,8 @@ def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(
     assert all(r["rollout/staleness_max"] <= 1 for r in recs) and any(r["rollout/staleness_max"] == 1 for r in recs)
     weights = [r[k] for r in recs for k in r if k.endswith("/behavior_weight_mean")]
     assert weights and all(w > 0 and math.isfinite(w) for w in weights)
+    # A checkpoint does not ask the worker, busy sampling the next step, for its generator (it would wait).
+    assert list(run.glob("checkpoints/step_*")) and not list(run.glob("checkpoints/*/rng_workers.pt"))
     # The generation rate is the sampling's own (it ran on the background thread), not tokens over
     # the loop's wait, which is ~0 for a step sampled while the previous one updated.
     logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]  # every episode

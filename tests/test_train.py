@@ -273,6 +273,25 @@ def test_out_of_time_stops_before_a_step_that_would_overrun():
     assert masrl.train.out_of_time(31.0, 30.0, 1.0)  # 31 + 30 > 60 s
 
 
+def test_checkpoint_time_counts_towards_max_minutes(tiny_config, run_dir, monkeypatch):
+    """A run's allowance is wall time: a checkpoint that takes a minute (on a clock of the test's own; the
+    steps themselves take none) uses a minute of it. 2.5 minutes: steps 1-3 end at 60, 120, 180 s, so the
+    step run at 180 s is the last; with checkpoints uncounted the run would never stop."""
+    from types import SimpleNamespace
+
+    clock = [0.0]
+    monkeypatch.setattr(masrl.train, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    real = masrl.train._checkpoint
+
+    def minute_long_checkpoint(*args, **kwargs):
+        clock[0] += 60.0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(masrl.train, "_checkpoint", minute_long_checkpoint)
+    train(tiny_config("trainer.steps=8", "trainer.checkpoint_every=1", "eval.before=false", "trainer.max_minutes=2.5"))
+    assert [x["step"] for x in read_jsonl(run_dir / "metrics.jsonl") if x["kind"] == "train"] == [1, 2, 3, 4]
+
+
 def test_max_minutes_ends_training_with_a_checkpoint_and_the_final_eval(tiny_config, run_dir):
     """A budget smaller than one step: step 1 runs, then the run stops, saves and evaluates."""
     train(tiny_config("trainer.steps=5", "trainer.checkpoint_every=10", "eval.before=false", "trainer.max_minutes=1e-9"))

@@ -211,7 +211,7 @@ class TrainerConfig(Section):
     max_minutes: float | None = Field(
         None,
         gt=0.0,
-        description="stop before a step that would end past this much training time (evaluations not counted; "
+        description="stop before a step that would end past this much training time (checkpoints counted, evaluations not; "
         "per process: a resumed run gets its own allowance); null = run all steps",
     )
     processes: int = Field(

@@ -383,17 +383,24 @@ def _steps(engine: Engine, config: Config, run_dir: Path, start: int, logger, ah
                 logger.episodes(step, episodes[: cfg.log_episodes], scored)
             bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
             bar.update(1)
-        step_seconds = time.perf_counter() - t0
-        trained_seconds += step_seconds
         last = step
-        stop = distributed.broadcast(out_of_time(trained_seconds, step_seconds, cfg.max_minutes))  # rank 0's clock
-        final = step == cfg.steps or stop
+        step_seconds = time.perf_counter() - t0
+        stop = distributed.broadcast(out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes))
+        final = step == cfg.steps or stop  # (the stop is rank 0's clock)
         if config.eval.every and step % config.eval.every == 0 and not final and main:
-            if ahead:
-                ahead.settle()  # evaluation shares the generation services: nothing else may use them
+            if ahead:  # evaluation shares the generation services: nothing else may use them
+                t_settle = time.perf_counter()
+                ahead.settle()  # the rollouts finished meanwhile are training's (timed below, not the eval's)
+                step_seconds += time.perf_counter() - t_settle
             _log_eval(engine, logger, step, f"step {step}")
+        t_checkpoint = time.perf_counter()
         if step % cfg.checkpoint_every == 0 or final:  # 6. checkpoint
-            _checkpoint(engine, run_dir, step)
+            # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
+            # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
+            _checkpoint(engine, run_dir, step, worker_rngs=ahead is None)
+        # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
+        # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
+        trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
         if stop:
             if main:
                 tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
@@ -501,8 +508,9 @@ def _prepare_run_dir(run_dir: Path, config: Config, resuming: bool) -> int:
     return 0
 
 
-def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
-    """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this)."""
+def _checkpoint(engine: Engine, run_dir: Path, step: int, worker_rngs: bool = True) -> None:
+    """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this),
+    and with `worker_rngs` the rollout workers' sampling generators."""
     rngs = distributed.gather(capture_rng())
     if not distributed.is_main():
         return
@@ -510,7 +518,7 @@ def _checkpoint(engine: Engine, run_dir: Path, step: int) -> None:
     for learner in engine.learners.values():
         files.update(learner.checkpoint_files())
     files["rng.pt"] = lambda path: torch.save(rngs[0], path)
-    workers = engine.remote_rng_states()
+    workers = engine.remote_rng_states() if worker_rngs else None
     if workers is not None:  # rollout workers sample with generators of their own
         files["rng_workers.pt"] = lambda path: torch.save(workers, path)
     if len(rngs) > 1:  # ranks > 0 draw only for dropout, but a resumed run restores them too
