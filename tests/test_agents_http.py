@@ -224,7 +224,9 @@ def faulty(faults):
 
 
 def fast_agent(url, **kw):
-    kw = {"timeout": 0.2, "max_retries": 2, "backoff": 0.01, "max_backoff": 0.05, **kw}
+    # Short backoffs; a timeout only the timeout tests shorten: a request slower than a short one on a
+    # busy machine would be retried and break the other tests' exact attempt counts.
+    kw = {"timeout": 10.0, "max_retries": 2, "backoff": 0.01, "max_backoff": 0.05, **kw}
     return OpenAIChatAgent("remote", url, "m", **kw)
 
 
@@ -251,7 +253,7 @@ def test_api_key_from_named_env_var(faulty, faults, monkeypatch):
 
 
 def test_timeout_retries_then_fails(faulty, faults):
-    agent = fast_agent(faulty + "/slow", max_retries=1)
+    agent = fast_agent(faulty + "/slow", max_retries=1, timeout=0.2)
     with pytest.raises(AgentError, match="gave up .* after 2 attempts; last error: timed out after 0.2s"):
         asyncio.run(agent(MESSAGES))
     assert agent.stats.attempts == 2  # each attempt gave up at its own 0.2 s timeout (the message), not later
