@@ -211,8 +211,8 @@ class TrainerConfig(Section):
     max_minutes: float | None = Field(
         None,
         gt=0.0,
-        description="stop before a step that would end past this much training time (checkpoints counted, evaluations not; "
-        "per process: a resumed run gets its own allowance); null = run all steps",
+        description="stop before a step that would end past this much training time (checkpoints counted, "
+        "evaluations not; per process: a resumed run gets its own allowance); null = run all steps",
     )
     processes: int = Field(
         1, ge=1, description="data-parallel trainer processes started on this machine (gloo on CPU, nccl on CUDA; "
