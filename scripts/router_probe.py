@@ -87,6 +87,7 @@ def main(argv: list[str]) -> int:
     weak = system.agents[0]
     verdict_ids = [first_token(tok, "True"), first_token(tok, "False")]
     print(f"verification at turn 2 of {weak}'s draft (P(True) renormalised over True/False; share greedy True)")
+    p_true_of: dict[str, torch.Tensor] = {}
     for name, (correct, rate) in FORCED.items():
         rows = []
         for item in items:
@@ -99,10 +100,31 @@ def main(argv: list[str]) -> int:
         if not rows:
             continue
         p = torch.stack(rows)
-        p_true = p[:, 0] / p.sum(-1)
+        p_true = p_true_of[name] = p[:, 0] / p.sum(-1)
         print(f"  {name:>15s} ({len(rows):3d})  P(True) {p_true.mean():.3f}  greedy True {(p_true > 0.5).float().mean():.3f}"
               f"  mass on True/False {p.sum(-1).mean():.3f}")
+    if "right" in p_true_of:
+        print("how well P(True) alone separates right drafts from wrong ones (a verdict bias is one number for "
+              "training to move; the ranking is what the untrained controller reads)")
+        for name in ("wrong, visible", "wrong, hidden"):
+            if name in p_true_of:
+                auc, tpr, tnr = separation(p_true_of["right"].tolist(), p_true_of[name].tolist())
+                print(f"  right vs {name:>15s}  AUC {auc:.3f}  best threshold: TPR {tpr:.3f} TNR {tnr:.3f}")
     return 0
+
+
+def separation(right: list[float], wrong: list[float]) -> tuple[float, float, float]:
+    """AUC of P(True) for right over wrong drafts (ties count half), and the TPR and TNR at the
+    threshold "True iff P(True) >= t" that maximises min(TPR, TNR)."""
+    pairs = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong)
+    auc = pairs / (len(right) * len(wrong))
+    best = (0.0, 0.0, 0.0)
+    for t in sorted(set(right) | set(wrong)):
+        tpr = sum(r >= t for r in right) / len(right)
+        tnr = sum(w < t for w in wrong) / len(wrong)
+        if min(tpr, tnr) > min(best[1], best[2]):
+            best = (auc, tpr, tnr)
+    return auc, best[1], best[2]
 
 
 if __name__ == "__main__":
