@@ -118,13 +118,13 @@ def separation(right: list[float], wrong: list[float]) -> tuple[float, float, fl
     threshold "True iff P(True) >= t" that maximises min(TPR, TNR)."""
     pairs = sum((r > w) + 0.5 * (r == w) for r in right for w in wrong)
     auc = pairs / (len(right) * len(wrong))
-    best = (0.0, 0.0, 0.0)
+    best = (1.0, 0.0)  # the threshold below every score: always True
     for t in sorted(set(right) | set(wrong)):
         tpr = sum(r >= t for r in right) / len(right)
         tnr = sum(w < t for w in wrong) / len(wrong)
-        if min(tpr, tnr) > min(best[1], best[2]):
-            best = (auc, tpr, tnr)
-    return auc, best[1], best[2]
+        if min(tpr, tnr) > min(best):
+            best = (tpr, tnr)
+    return auc, *best
 
 
 if __name__ == "__main__":
