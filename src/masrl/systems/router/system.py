@@ -82,6 +82,9 @@ VERIFY_USER_NUMBERED = (
     "Problem: {question}\n\nSolution from {author}:\n{draft}\n\nIs it right? Reply <verdict>True</verdict> or "
     "<verdict>False</verdict>."
 )
+# With names (`system.labels: names`): the problem alone at turn 1, the problem and the draft after.
+ROUTE_USER = "Problem: {question}"
+VERIFY_USER = "Problem: {question}\n\nProposed solution from {author}:\n{draft}"
 AGENT_PROMPT = "Solve the math problem. Show your steps briefly and end with the final answer as <answer>ANSWER</answer>."
 ESCALATION = (
     "{question}\n\nA previous attempt by another solver:\n{draft}\n\nA reviewer judged it wrong: {critique}\n\n"
@@ -206,7 +209,7 @@ class RouterSystem:
             system, user, tag = ROUTE_SYSTEM_NUMBERED, ROUTE_USER_NUMBERED.format(question=q, options=options), "<model>"
         elif state.turn == 1:
             tags = ", ".join(f"<model>{a}</model>" for a in self.agents)
-            system, user, tag = ROUTE_PROMPT.format(tags=tags), f"Problem: {q}", "<model>"
+            system, user, tag = ROUTE_PROMPT.format(tags=tags), ROUTE_USER.format(question=q), "<model>"
         elif self.labels == "numbers":
             last = state.turn >= self.max_turns or state.author == self.agents[-1]
             system = VERIFY_SYSTEM_NUMBERED + ("" if last else REDO_NUMBERED)
@@ -218,7 +221,7 @@ class RouterSystem:
             stronger = self.agents[self.agents.index(state.author) + 1 :] if state.author in self.agents else ()
             tags = ", ".join(f"<model>{a}</model>" for a in stronger)
             system = template.format(author=state.author, tags=tags)
-            user = f"Problem: {q}\n\nProposed solution from {state.author}:\n{state.draft}"
+            user = VERIFY_USER.format(question=q, author=state.author, draft=state.draft)
             tag = "<verdict>"
         messages = (Message("system", system), Message("user", user))
         return messages + ((Message("assistant", tag),) if self.prefill else ())
