@@ -12,17 +12,29 @@ Two probes, one forward pass each:
 
     python scripts/router_probe.py default                       # the untrained controller
     python scripts/router_probe.py runs/router --split eval      # a trained run's adapter
+
+`--supervise MINUTES` first trains the controller's adapter on the verdict alone, supervised:
+cross-entropy of True/False at the verdict position on the weakest agent's drafts of training items
+the probe never reads (right and wrong alternating; `--wrong visible`, the default, keeps only wrong
+drafts that show their slip, the easiest form of the skill). RL gets a noisier signal for the same
+verdicts, so what supervision reaches in the minutes bounds what a verdict trained by RL in them can.
+
+    python scripts/router_probe.py default system.pool.drafts=visible system.labels=numbers \
+        --supervise 30 --lr 2e-3 --split eval --items 200
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
+import time
 from dataclasses import replace
 
 import torch
 
-from masrl.pools.simulated import DraftStyle, visible_draft
+from masrl.pools.simulated import VISIBLE, DraftStyle, visible_draft
+from masrl.pools.slips import check_draft
 from masrl.systems.router.system import CONTROLLER, RouterState
 
 FORCED = {"right": (True, None), "wrong, visible": (False, 1.0), "wrong, hidden": (False, 0.0)}
@@ -50,7 +62,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides (not with a run directory)")
     parser.add_argument("--items", type=int, default=60, help="items (default 60)")
     parser.add_argument("--split", choices=["train", "eval"], default="train")
+    parser.add_argument("--supervise", type=float, default=0.0, metavar="MINUTES",
+                        help="first train the verdict supervised for this many minutes (default 0: no training)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="--supervise: AdamW learning rate (default 2e-3)")
+    parser.add_argument("--wrong", choices=["visible", "all"], default="visible",
+                        help="--supervise: the wrong drafts trained on (default visible: only those showing a slip)")
     args = parser.parse_args(argv)
+    if args.supervise < 0 or args.lr <= 0:
+        raise SystemExit("router_probe: --supervise must be >= 0 and --lr > 0")
 
     from masrl.config import ConfigError
     from masrl.train import TrainingError, load_engine
@@ -67,6 +86,9 @@ def main(argv: list[str]) -> int:
     tok = model.tokenizer
     offset = 1000 if args.split == "train" else 0  # past the items a short run trains on first
     items = engine.task.items(args.split, offset, args.items)
+
+    if args.supervise:
+        supervise_verdict(engine, args.supervise * 60, args.lr, visible_only=args.wrong == "visible")
 
     labels = [system.label(a) for a in system.agents]
     label_ids = [first_token(tok, label) for label in labels]
@@ -91,11 +113,11 @@ def main(argv: list[str]) -> int:
     for name, (correct, rate) in FORCED.items():
         rows = []
         for item in items:
-            style = DraftStyle(visible_rate=rate if rate is not None else 0.0)
-            draft = visible_draft(item, correct, (0, weak, item.id, item.question, 0), style, None)
-            if draft is None:
+            # the calibrated pool's slips (false steps and answer mismatches in VISIBLE's proportions)
+            style = DraftStyle(rate if rate is not None else 0.0, VISIBLE.false_step_share)
+            state = verdict_state(system, item, correct, style)
+            if state is None:
                 continue
-            state = replace(RouterState(item), turn=2, draft=draft, draft_correct=correct, author=weak)
             rows.append(next_token_probs(model, system.controller_messages(state), verdict_ids))
         if not rows:
             continue
@@ -111,6 +133,55 @@ def main(argv: list[str]) -> int:
                 auc, tpr, tnr = separation(p_true_of["right"].tolist(), p_true_of[name].tolist())
                 print(f"  right vs {name:>15s}  AUC {auc:.3f}  best threshold: TPR {tpr:.3f} TNR {tnr:.3f}")
     return 0
+
+
+def verdict_state(system, item, correct: bool, style: DraftStyle, attempt: int = 0) -> RouterState | None:
+    """Turn 2 with the weakest agent's draft of `item` forced right or wrong (None: no draft to write)."""
+    weak = system.agents[0]
+    draft = visible_draft(item, correct, (0, weak, item.id, item.question, attempt), style, None)
+    if draft is None:
+        return None
+    return replace(RouterState(item), turn=2, draft=draft, draft_correct=correct, author=weak)
+
+
+def supervise_verdict(engine, seconds: float, lr: float, visible_only: bool, batch: int = 16) -> None:
+    """Train the controller's adapter on the verdict token for `seconds` (module docstring)."""
+    system, model = engine.system, engine.models[CONTROLLER]
+    tok = model.tokenizer
+    verdict_ids = [first_token(tok, "True"), first_token(tok, "False")]
+    items = engine.task.items("train", 2000, 5000)  # past the probe's 1000.. of the train split
+    params = model.parameters(CONTROLLER)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+
+    def examples():
+        for i in itertools.count():  # alternate right and wrong; a new attempt on each pass over the items
+            item, correct = items[i // 2 % len(items)], i % 2 == 0
+            state = verdict_state(system, item, correct, VISIBLE, attempt=i // (2 * len(items)))
+            if state is None:
+                continue
+            if visible_only and not correct and not check_draft(state.draft, engine.task.extract_answer(state.draft)).visible:
+                continue
+            yield model.encode_chat(system.controller_messages(state)), correct
+
+    stream, started, step, seen = examples(), time.perf_counter(), 0, 0
+    print(f"supervising the verdict for {seconds / 60:.0f} min at lr {lr} "
+          f"({'visible' if visible_only else 'all'} wrong drafts), batches of {batch}", flush=True)
+    while time.perf_counter() - started < seconds:
+        optimizer.zero_grad()
+        loss_sum, hits = 0.0, 0
+        for ids, correct in itertools.islice(stream, batch):
+            with model.use(CONTROLLER) as net:
+                logits = net(input_ids=torch.tensor([ids])).logits[0, -1, verdict_ids]
+            target = torch.tensor(0 if correct else 1)
+            loss = torch.nn.functional.cross_entropy(logits[None], target[None]) / batch
+            loss.backward()
+            loss_sum, hits = loss_sum + loss.item(), hits + int(logits.argmax().item() == target.item())
+        optimizer.step()
+        step, seen = step + 1, seen + batch
+        if step % 10 == 0:
+            print(f"  step {step}: {seen} drafts, loss {loss_sum:.3f}, batch accuracy {hits / batch:.2f}, "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
+    print(f"supervised {step} steps, {seen} drafts, {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def separation(right: list[float], wrong: list[float]) -> tuple[float, float, float]:
