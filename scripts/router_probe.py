@@ -14,9 +14,9 @@ Two probes, one forward pass each:
     python scripts/router_probe.py runs/router --split eval      # a trained run's adapter
 
 `--supervise MINUTES` first trains the controller's adapter on the verdict alone, supervised:
-cross-entropy of True/False at the verdict position on the weakest agent's drafts of training items
-the probe never reads (right and wrong alternating; `--wrong visible`, the default, keeps only wrong
-drafts that show their slip, the easiest form of the skill). RL gets a noisier signal for the same
+cross-entropy of the word True or False at the verdict position on the weakest agent's drafts of training items
+the probe never reads, each item's right and wrong draft in the same batch (`--wrong visible`, the
+default, keeps only items whose wrong draft shows its slip: the easiest form of the skill). RL gets a noisier signal for the same
 verdicts, so what supervision reaches in the minutes bounds what a verdict trained by RL in them can.
 
     python scripts/router_probe.py default system.pool.drafts=visible system.labels=numbers \
@@ -154,14 +154,17 @@ def supervise_verdict(engine, seconds: float, lr: float, visible_only: bool, bat
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
 
     def examples():
-        for i in itertools.count():  # alternate right and wrong; a new attempt on each pass over the items
-            item, correct = items[i // 2 % len(items)], i % 2 == 0
-            state = verdict_state(system, item, correct, VISIBLE, attempt=i // (2 * len(items)))
-            if state is None:
+        # each item's right and wrong drafts one after the other: balanced classes, paired by item
+        for i in itertools.count():
+            item, attempt = items[i % len(items)], i // len(items)  # a new attempt on each pass over the items
+            right = verdict_state(system, item, True, VISIBLE, attempt)
+            wrong = verdict_state(system, item, False, VISIBLE, attempt)
+            if right is None or wrong is None:
                 continue
-            if visible_only and not correct and not check_draft(state.draft, engine.task.extract_answer(state.draft)).visible:
+            if visible_only and not check_draft(wrong.draft, engine.task.extract_answer(wrong.draft)).visible:
                 continue
-            yield model.encode_chat(system.controller_messages(state)), correct
+            yield model.encode_chat(system.controller_messages(right)), True
+            yield model.encode_chat(system.controller_messages(wrong)), False
 
     stream, started, step, seen = examples(), time.perf_counter(), 0, 0
     print(f"supervising the verdict for {seconds / 60:.0f} min at lr {lr} "
@@ -171,11 +174,13 @@ def supervise_verdict(engine, seconds: float, lr: float, visible_only: bool, bat
         loss_sum, hits = 0.0, 0
         for ids, correct in itertools.islice(stream, batch):
             with model.use(CONTROLLER) as net:
-                logits = net(input_ids=torch.tensor([ids])).logits[0, -1, verdict_ids]
-            target = torch.tensor(0 if correct else 1)
-            loss = torch.nn.functional.cross_entropy(logits[None], target[None]) / batch
+                logits = net(input_ids=torch.tensor([ids])).logits[0, -1]
+            target = verdict_ids[0 if correct else 1]
+            # over the whole vocabulary, as supervised fine-tuning does: the mass stays on the two words
+            loss = torch.nn.functional.cross_entropy(logits[None], torch.tensor([target])) / batch
             loss.backward()
-            loss_sum, hits = loss_sum + loss.item(), hits + int(logits.argmax().item() == target.item())
+            hits += int(verdict_ids[int(logits[verdict_ids[1]] > logits[verdict_ids[0]])] == target)
+            loss_sum += loss.item()
         optimizer.step()
         step, seen = step + 1, seen + batch
         if step % 10 == 0:
