@@ -8,6 +8,9 @@ grades a response by the parity of its bytes: about half the samples score 1.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -34,6 +37,20 @@ TINY = (
     "eval.max_new_tokens=6",
     "trainer.log_episodes=1",
 )
+
+
+def _load_script(name: str):
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """load_script(name): a module from scripts/ (not a package), loaded by path, to test its functions directly."""
+    return _load_script
 
 
 @pytest.fixture

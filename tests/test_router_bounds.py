@@ -1,8 +1,5 @@
 """scripts/router_bounds.py: scripted controllers in the router's evaluation, checked against the pool's own draws."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from masrl.pools.simulated import VISIBLE, simulated_pool
@@ -12,15 +9,10 @@ from masrl.systems.router.system import VERIFY_USER, VERIFY_USER_NUMBERED, Route
 from masrl.tasks.math import MathTask
 from masrl.types import Message
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "router_bounds.py"
-
 
 @pytest.fixture(scope="module")
-def rb():
-    spec = importlib.util.spec_from_file_location("router_bounds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def rb(load_script):
+    return load_script("router_bounds")
 
 
 def test_template_fields_reads_back_what_format_wrote(rb):

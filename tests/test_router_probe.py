@@ -1,19 +1,11 @@
 """scripts/router_probe.py's separation measure, against hand-computed values."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "router_probe.py"
 
 
 @pytest.fixture(scope="module")
-def separation():
-    spec = importlib.util.spec_from_file_location("router_probe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.separation
+def separation(load_script):
+    return load_script("router_probe").separation
 
 
 def test_auc_counts_pairs_and_ties(separation):
