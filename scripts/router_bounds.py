@@ -103,8 +103,9 @@ def bounds(
 ) -> list[RouterEval]:  # fmt: skip
     """Every route rule with every verdict rule, under the caps."""
     out = []
+    rules = verifiers(task, items)
     for route_name, route in routes.items():
-        for verify_name, verify in verifiers(task, items).items():
+        for verify_name, verify in rules.items():
             controller = scripted_controller(system, route, verify)
             out.append(evaluate_controller(system, controller, pool, items, rho, solvers=solvers,
                                            method=f"{route_name} + {verify_name}"))  # fmt: skip
@@ -137,9 +138,10 @@ def main(argv: list[str]) -> int:
     routers = baseline_routers(engine, ["single", "random", "classifier", "knn"])
     baselines = [evaluate_one_shot(r, pool, task, items, rho, solvers=solvers) for r in routers]
     best = max(baselines, key=lambda r: r.accuracy)
-    choice = {r.name: dict(zip((it.question.strip() for it in items), r.choose(items))) for r in routers}
+    classifier = next(r for r in routers if r.name == "embedding-classifier")
+    choice = dict(zip((it.question.strip() for it in items), classifier.choose(items)))
     routes: dict[str, Route] = {f"all to {a}": (lambda q, a=a: a) for a in system.agents}
-    routes["classifier"] = lambda q: choice["embedding-classifier"][q]
+    routes["classifier"] = choice.__getitem__
     agents = " / ".join(system.agents)
     print(f"{len(items)} held-out items, caps {' / '.join(f'{rho[a]:.2f}' for a in system.agents)} ({agents})")
     print(f"| method | accuracy | usage {agents} | verdict TPR | TNR | minus {best.method} [95% CI] |")

@@ -14,13 +14,14 @@ Two probes, one forward pass each:
     python scripts/router_probe.py runs/router --split eval      # a trained run's adapter
 
 `--supervise MINUTES` first trains the controller's adapter on the verdict alone, supervised:
-cross-entropy of the word True or False at the verdict position on the weakest agent's drafts of training items
-the probe never reads, each item's right and wrong draft in the same batch (`--wrong visible`, the
-default, keeps only items whose wrong draft shows its slip: the easiest form of the skill). RL gets a noisier signal for the same
-verdicts, so what supervision reaches in the minutes bounds what a verdict trained by RL in them can.
+cross-entropy of the word True or False at the verdict position on the weakest agent's drafts of
+training items the probe never reads, each item's right and wrong draft in the same batch
+(`--wrong visible`, the default, keeps only items whose wrong draft shows its slip: the easiest form
+of the skill). RL gets a noisier signal for the same verdicts, so what supervision reaches in the
+minutes bounds what a verdict trained by RL in them can (README, "What verification could earn here"):
 
-    python scripts/router_probe.py default system.pool.drafts=visible system.labels=numbers \
-        --supervise 30 --lr 2e-3 --split eval --items 200
+    python scripts/router_probe.py default system.pool.drafts=visible system.labels=numbers \\
+        --supervise 30 --lr 1e-3 --split eval --items 200
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def supervise_verdict(engine, seconds: float, lr: float, visible_only: bool, bat
             # over the whole vocabulary, as supervised fine-tuning does: the mass stays on the two words
             loss = torch.nn.functional.cross_entropy(logits[None], torch.tensor([target])) / batch
             loss.backward()
-            hits += int(verdict_ids[int(logits[verdict_ids[1]] > logits[verdict_ids[0]])] == target)
+            hits += int((logits[verdict_ids[0]] > logits[verdict_ids[1]]).item() == correct)
             loss_sum += loss.item()
         optimizer.step()
         step, seen = step + 1, seen + batch
