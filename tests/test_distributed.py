@@ -148,7 +148,7 @@ def test_two_processes_update_the_adapter_as_one_process(kind, n, aggregation, t
 # ------------------------------------------------------------- whole runs
 STEPS = 6
 ARGS = [
-    "task.kind=parity_task:FAMILY",  # tests/parity_task.py: rewards with spread, so every step updates
+    "task.kind=parity_task:FAMILY",  # tests/support/parity_task.py: rewards with spread, so every step updates
     "model.name=tiny",
     f"trainer.steps={STEPS}",
     "trainer.checkpoint_every=2",
@@ -169,7 +169,7 @@ def _cli(*args: str) -> list[str]:
 
 
 def _env() -> dict:
-    paths = [str(Path(distributed.__file__).parents[1]), str(Path(__file__).parent)]  # masrl, parity_task
+    paths = [str(Path(distributed.__file__).parents[1]), str(Path(__file__).parent / "support")]  # masrl, parity_task
     return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(paths)}
 
 

@@ -11,7 +11,7 @@ multiply alone took 2.9 s of 46 s, ~6 ms per [512, 1536] tensor that takes
 Here the product goes straight into the base layer's output:
 `out.addmm_(lora_A(x), B^T, alpha=scaling)`. The math is the same (the sum
 is formed in a different order, so results agree to float rounding:
-tests/test_lora_linear.py); the backward of one addmm gives the gradients of
+tests/agents/test_lora_linear.py); the backward of one addmm gives the gradients of
 A, B and x with the scaling folded into its matrix products.
 
 Only plain LoRA takes the fused path: one active adapter, no dropout, no

@@ -334,7 +334,7 @@ class PolicyModel:
         and pass 2 runs the right-padded responses against it. Gradients flow
         through the gather into the prompt pass, summing over a prompt's rows, so
         log-probs and gradients equal the one-pass layout's (float rounding aside;
-        tests/test_shared_prompt.py). The prompt's last logits predict response
+        tests/agents/test_shared_prompt.py). The prompt's last logits predict response
         token 0; response position j predicts token j+1.
         """
         distinct: dict[tuple[int, ...], int] = {}

@@ -13,7 +13,7 @@ attention without repeating keys, as HF's `pack_gqa` does).
 It computes what `LlamaForCausalLM` computes, op for op in the same order
 (RMSNorm in float32, rotary embedding by the model's own `rotary_emb`, softmax
 attention, SiLU-gated MLP), so tokens and log-probs agree with HF to float
-rounding (tests/test_decode.py). Models of another shape (biases in the MLP, a
+rounding (tests/rollout/test_decode.py). Models of another shape (biases in the MLP, a
 sliding window, another activation) are not `supported` and use HF's forward.
 """
 

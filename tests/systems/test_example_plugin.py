@@ -14,7 +14,7 @@ from masrl.cli import main
 from masrl.types import Reply
 from smoke import tiny_run
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "writer-critic"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "writer-critic"
 wc = pytest.importorskip("masrl_writer_critic", reason="scripts/setup.sh installs examples/writer-critic")
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,5 +1,5 @@
 """A task family the tiny model scores on about half the time: a reply is correct when its bytes sum to an
-even number. Plugged in by dotted path (`task.kind=parity_task:FAMILY`, tests/ on the path), so runs in
+even number. Plugged in by dotted path (`task.kind=parity_task:FAMILY`, tests/support/ on the path), so runs in
 subprocesses get rewards with spread, non-zero advantages and real updates every step."""
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def test_expert_tokens_receive_exactly_zero_gradient(tmp_path):
     controller token must get one; every expert token (inside later rounds' context) exactly 0. A control
     batch whose responses wrongly include the expert's tokens shows the check sees them when they are trained."""
     # One pass per row: the logits read below are laid out as `_layout` lays them out (the shared-prompt
-    # pass gives the same log-probs and gradients: tests/test_shared_prompt.py).
+    # pass gives the same log-probs and gradients: tests/agents/test_shared_prompt.py).
     engine, episodes = calling_engine(tmp_path, "algo.kl_coef=0.5", "trainer.share_prompts=false")
     tok = engine.model.tokenizer
     expert_calls = [c for ep in episodes for c in ep.calls if c.role == "expert"]

@@ -231,7 +231,7 @@ def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray_cli = str(Path(sys.executable).with_name("ray"))
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled",
            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--block", "--disable-usage-stats"]

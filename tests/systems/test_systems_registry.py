@@ -18,7 +18,7 @@ def two_roles(config, task):
     return Built(SingleAgentSystem(task, "p", {}), {"coder": "shared", "tester": "shared", "judge": "own"})
 
 
-# Found by `system.kind: test_systems_registry:TWO_ROLES` (tests/ is on sys.path).
+# Found by `system.kind: test_systems_registry:TWO_ROLES` (pytest puts the test file's folder on sys.path).
 TWO_ROLES = SystemSpec(kind="two-roles", config=SingleConfig, build=two_roles)
 NOT_A_SPEC = build_single
 

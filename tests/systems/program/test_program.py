@@ -30,10 +30,10 @@ from masrl.train import score
 from masrl.types import TaskItem
 from smoke import tiny_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SOLVER_CHECKER = ROOT / "examples" / "program-solver-checker"
 LANGGRAPH = ROOT / "examples" / "program-langgraph"
-PROGRAMS = Path(__file__).parent / "programs"
+PROGRAMS = ROOT / "tests" / "support" / "programs"
 PY = sys.executable
 
 pytestmark = pytest.mark.usefixtures("one_thread")

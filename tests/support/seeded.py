@@ -1,10 +1,10 @@
 """Seeded two-step runs of every shipped config on the tiny model, and the metrics they log.
 
-`tests/data/seeded_metrics.json` holds the numbers these runs logged before the systems moved into
+`tests/support/data/seeded_metrics.json` holds the numbers these runs logged before the systems moved into
 packages (issue 17: "no behaviour changes"); `test_seeded_metrics.py` runs them again and compares.
 Record again (only when a change is meant to move the numbers, and say so in the commit) with
 
-    .venv/bin/python tests/seeded.py --record tests/data/seeded_metrics.json
+    .venv/bin/python tests/support/seeded.py --record tests/support/data/seeded_metrics.json
 """
 
 from __future__ import annotations
