@@ -18,7 +18,7 @@ cross-entropy of the word True or False at the verdict position on the weakest a
 training items the probe never reads, each item's right and wrong draft in the same batch
 (`--wrong visible`, the default, keeps only items whose wrong draft shows its slip: the easiest form
 of the skill). RL gets a noisier signal for the same verdicts, so what supervision reaches in the
-minutes bounds what a verdict trained by RL in them can (README, "What verification could earn here"):
+minutes bounds what a verdict trained by RL in them can (docs/router.md, "What verification could earn here"):
 
     python scripts/router_probe.py default system.pool.drafts=visible system.labels=numbers \\
         --supervise 30 --lr 1e-3 --split eval --items 200

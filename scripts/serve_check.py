@@ -3,7 +3,7 @@
     python scripts/serve_check.py RUN_DIR [--items 30]
 
 Starts `masrl serve RUN_DIR` on a free loopback port, sends the run's first N
-held-out questions, and prints what the README's serve section reports:
+held-out questions, and prints what docs/serving.md reports:
 
 - a router run: for each item, whether the served episode (who drafted, in
   order, and whether the final draft is correct) equals the capped evaluation
