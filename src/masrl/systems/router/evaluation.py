@@ -33,6 +33,7 @@ from typing import Any
 
 from masrl.agents.base import Agent
 from masrl.evaluate import ItemScores
+from masrl.systems.action import ActionKind
 from masrl.systems.router.system import RouterState, RouterSystem
 from masrl.tasks.base import Task
 from masrl.types import Message, TaskItem
@@ -217,9 +218,10 @@ def evaluate_controller(
                 trace.turns, trace.cost = state.turn, trace.cost + reply.cost
                 tr = system.advance(state, step, reply)
                 trace.decisions += 1
-                trace.format_errors += tr.action.kind == "format_error"
+                trace.format_errors += tr.action.kind == ActionKind.FORMAT_ERROR
                 if state.turn > 1:
-                    trace.verdicts.append("format_error" if tr.action.kind == "format_error" else str(tr.action.verdict))
+                    trace.verdicts.append(str(tr.action.kind) if tr.action.kind == ActionKind.FORMAT_ERROR
+                                          else str(tr.action.verdict))
                 if tr.done:
                     states[i] = None
                     _close(trace)

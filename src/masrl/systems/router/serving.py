@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from masrl.rollout.tree import Step, Transition
+from masrl.systems.action import Action, ActionKind
 from masrl.systems.api import ServeOptions
 from masrl.systems.router.evaluation import CapLedger
 from masrl.systems.router.system import RouterState, RouterSystem
@@ -96,9 +97,10 @@ def answer(episode: Episode) -> str:
 def audit(episode: Episode) -> dict[str, Any]:
     """Who drafted, in order, and the controller's verdict at each turn after the first."""
     path = _path(episode)
-    verdicts = [getattr(c.action, "verdict", None) if getattr(c.action, "kind", "") != "format_error"
-                else "format_error" for c in path if c.role == "controller" and c.turn > 1]  # fmt: skip
-    routed = [getattr(c.action, "agent", None) for c in path if c.role == "controller"]
+    actions = [(c.turn, c.action if isinstance(c.action, Action) else None) for c in path if c.role == "controller"]
+    verdicts = [None if a is None else "format_error" if a.kind == ActionKind.FORMAT_ERROR else a.verdict
+                for turn, a in actions if turn > 1]  # fmt: skip
+    routed = [a.agent for _, a in actions if a is not None]
     return {"drafts_by": [c.agent for c in path if c.role == "agent"], "verdicts": verdicts,
             "routed_to": [a for a in routed if a is not None]}  # fmt: skip
 

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
+from masrl.systems.action import Action, ActionKind
 from masrl.systems.api import Built, match_agent
 from masrl.systems.router.rewards import (
     REWARDS,
@@ -93,16 +94,6 @@ ESCALATION = (
 
 
 # ---------------------------------------------------------------- the action
-@dataclass(frozen=True)
-class Action:
-    """One parsed controller output. kind: "route", "stop" (verdict, no route) or "format_error"."""
-
-    kind: str
-    verdict: bool | None = None
-    agent: str | None = None
-    reason: str = ""
-
-
 _MODEL = re.compile(r"<model>\s*(.*?)\s*</model>", re.IGNORECASE | re.DOTALL)
 _VERDICT = re.compile(r"<verdict>\s*(true|false)\s*</verdict>", re.IGNORECASE)
 # Numbered options: the decision is the word right after the opening tag (the prefill); what follows it,
@@ -129,25 +120,25 @@ def parse_action(
     if turn == 1:
         found = model.findall(text)
         if not found:
-            return Action("format_error", reason="no <model> tag")
+            return Action(ActionKind.FORMAT_ERROR, reason="no <model> tag")
         agent = _agent_named(found[0], agents, labels)
         if agent is None:
-            return Action("format_error", reason=f"unknown agent {found[0][:40]!r}")
-        return Action("route", agent=agent)
+            return Action(ActionKind.FORMAT_ERROR, reason=f"unknown agent {found[0][:40]!r}")
+        return Action(ActionKind.ROUTE, agent=agent)
     verdicts = verdict_tag.findall(text)
     if not verdicts:
-        return Action("format_error", reason="no <verdict>True/False</verdict>")
+        return Action(ActionKind.FORMAT_ERROR, reason="no <verdict>True/False</verdict>")
     verdict = verdicts[0].lower() == "true"
     stronger = list(agents)[list(agents).index(author) + 1 :] if author in agents else []
     if verdict or turn >= max_turns or not stronger:
-        return Action("stop", verdict=verdict)
+        return Action(ActionKind.STOP, verdict=verdict)
     found = model.findall(text)
     if not found:  # our protocol: a bare False hands the problem to the next stronger agent
-        return Action("route", verdict=verdict, agent=stronger[0])
+        return Action(ActionKind.ROUTE, verdict=verdict, agent=stronger[0])
     agent = _agent_named(found[0], agents, labels)
     if agent not in stronger:
-        return Action("format_error", verdict=verdict, reason=f"{found[0][:40]!r} is not stronger than {author}")
-    return Action("route", verdict=verdict, agent=agent)
+        return Action(ActionKind.FORMAT_ERROR, verdict=verdict, reason=f"{found[0][:40]!r} is not stronger than {author}")
+    return Action(ActionKind.ROUTE, verdict=verdict, agent=agent)
 
 
 def _agent_named(written: str, agents: Sequence[str], labels: Sequence[str] | None) -> str | None:
@@ -240,7 +231,7 @@ class RouterSystem:
         terms = REWARDS[self.reward].controller(action, state.turn, state.draft_correct, self.multipliers.xi,
                                                 self.weights)
         reward = terms.pop("reward")
-        if action.kind != "route":
+        if action.kind != ActionKind.ROUTE:
             final = {"correct": float(bool(state.draft_correct)), "turns": float(state.turn)}
             return Transition(state, action, {**terms, **final}, reward, done=True)
         nxt = replace(state, pending=action.agent, critique=_critique(text))
