@@ -1,4 +1,5 @@
-"""A controller's parsed decision: the one `Action` shape the router and the budget controller share.
+"""A controller's parsed decision: the one `Action` shape the router and the budget controller share,
+and the `LabelStyle` both write their options in.
 
 Both systems parse a trainable controller's reply into an `Action` (router/system.py, budget/system.py)
 and score it by its kind. A reply that does not parse is an action too (`FORMAT_ERROR`), never an
@@ -34,3 +35,10 @@ class Action:
 
     def __post_init__(self):
         object.__setattr__(self, "kind", ActionKind(self.kind))
+
+
+class LabelStyle(StrEnum):
+    """What a controller writes for an option (`system.labels` of the router and the budget controller)."""
+
+    NAMES = "names"  # the agent's name: <model>sim-weak</model>
+    NUMBERS = "numbers"  # its number, 1..K weak to strong (budget: 0 answers alone): <model>1</model>

@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.action import Action, ActionKind
+from masrl.systems.action import Action, ActionKind, LabelStyle
 from masrl.systems.api import Built, match_agent
 from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost
 from masrl.tasks.base import Task
@@ -393,6 +393,6 @@ def build_budget(config, task: Task) -> Built:
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)
     system = BudgetSystem(
         task, tuple(pool), prices, modes, probs, rewards, b.max_rounds, b.prefill, config.run.seed,
-        decide_first=b.protocol == "decide", numbered=b.labels == "numbers", shuffled=b.shuffle_options,
+        decide_first=b.protocol == "decide", numbered=b.labels == LabelStyle.NUMBERS, shuffled=b.shuffle_options,
     )  # fmt: skip
     return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</call>", "</answer>"))

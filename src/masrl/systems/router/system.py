@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.action import Action, ActionKind
+from masrl.systems.action import Action, ActionKind, LabelStyle
 from masrl.systems.api import Built, match_agent
 from masrl.systems.router.rewards import (
     REWARDS,
@@ -91,6 +91,55 @@ ESCALATION = (
     "{question}\n\nA previous attempt by another solver:\n{draft}\n\nA reviewer judged it wrong: {critique}\n\n"
     "Solve the problem yourself from the start."
 )
+
+
+# ---------------------------------------------------------------- label styles
+@dataclass(frozen=True)
+class NamedOptions:
+    """`system.labels: names`: the controller writes an agent's name; the options are tags in the system
+    prompt, the user turn holds the problem (and the draft under review)."""
+
+    route_user: str = ROUTE_USER
+    verify_user: str = VERIFY_USER
+    stop: tuple[str, ...] = ("</model>",)  # a True verdict ends at EOS
+
+    def labels(self, agents: Sequence[str]) -> tuple[str, ...] | None:
+        return None  # the parser matches names
+
+    def route(self, agents: Sequence[str], question: str) -> tuple[str, str]:
+        tags = ", ".join(f"<model>{a}</model>" for a in agents)
+        return ROUTE_PROMPT.format(tags=tags), self.route_user.format(question=question)
+
+    def verify(self, agents: Sequence[str], question: str, author: str, draft: str, last: bool) -> tuple[str, str]:
+        stronger = agents[list(agents).index(author) + 1 :] if author in agents else ()
+        tags = ", ".join(f"<model>{a}</model>" for a in stronger)
+        system = (LAST_VERIFY_PROMPT if last else VERIFY_PROMPT).format(author=author, tags=tags)
+        return system, self.verify_user.format(question=question, author=author, draft=draft)
+
+
+@dataclass(frozen=True)
+class NumberedOptions:
+    """`system.labels: numbers`: the controller writes 1..K, weak to strong; the options close the user turn."""
+
+    route_user: str = ROUTE_USER_NUMBERED
+    verify_user: str = VERIFY_USER_NUMBERED
+    # A verdict ends at its closing tag too: the decision is made, and a False hands the problem to the
+    # next stronger agent without naming it.
+    stop: tuple[str, ...] = ("</model>", "</verdict>")
+
+    def labels(self, agents: Sequence[str]) -> tuple[str, ...] | None:
+        return tuple(str(i + 1) for i in range(len(agents)))
+
+    def route(self, agents: Sequence[str], question: str) -> tuple[str, str]:
+        options = ", ".join(f"<model>{label}</model> {a}" for label, a in zip(self.labels(agents), agents))
+        return ROUTE_SYSTEM_NUMBERED, self.route_user.format(question=question, options=options)
+
+    def verify(self, agents: Sequence[str], question: str, author: str, draft: str, last: bool) -> tuple[str, str]:
+        system = VERIFY_SYSTEM_NUMBERED + ("" if last else REDO_NUMBERED)
+        return system, self.verify_user.format(question=question, author=author, draft=draft)
+
+
+OPTIONS = {LabelStyle.NAMES: NamedOptions(), LabelStyle.NUMBERS: NumberedOptions()}
 
 
 # ---------------------------------------------------------------- the action
@@ -171,18 +220,24 @@ class RouterSystem:
     prefill: bool = True  # start the controller's reply inside its tag
     agent_prompt: str = AGENT_PROMPT
     policy: str = CONTROLLER
-    labels: str = "names"  # "names": <model>NAME</model>; "numbers": <model>1..K</model>, weak to strong
+    labels: LabelStyle = LabelStyle.NAMES  # what the controller writes for an agent (OPTIONS)
     reward: str = "paper"  # a key of rewards.REWARDS
     # False: a draft written just before turn T ends the episode instead of getting turn T's verdict,
     # which could not re-route it (the answer is the last draft either way).
     final_verification: bool = True
 
+    def __post_init__(self):
+        object.__setattr__(self, "labels", LabelStyle(self.labels))
+
+    @property
+    def options(self) -> NamedOptions | NumberedOptions:
+        """How the controller names the agents: its prompts, labels and stop strings."""
+        return OPTIONS[self.labels]
+
     def label(self, agent: str) -> str:
         """What the controller writes for `agent`."""
-        return str(self.agents.index(agent) + 1) if self.labels == "numbers" else agent
-
-    def _labels(self) -> tuple[str, ...] | None:
-        return tuple(self.label(a) for a in self.agents) if self.labels == "numbers" else None
+        labels = self.options.labels(self.agents)
+        return agent if labels is None else labels[self.agents.index(agent)]
 
     def start(self, task: TaskItem) -> RouterState:
         return RouterState(task)
@@ -195,25 +250,11 @@ class RouterSystem:
 
     def controller_messages(self, state: RouterState) -> tuple[Message, ...]:
         q = state.task.question.strip()
-        if state.turn == 1 and self.labels == "numbers":
-            options = ", ".join(f"<model>{self.label(a)}</model> {a}" for a in self.agents)
-            system, user, tag = ROUTE_SYSTEM_NUMBERED, ROUTE_USER_NUMBERED.format(question=q, options=options), "<model>"
-        elif state.turn == 1:
-            tags = ", ".join(f"<model>{a}</model>" for a in self.agents)
-            system, user, tag = ROUTE_PROMPT.format(tags=tags), ROUTE_USER.format(question=q), "<model>"
-        elif self.labels == "numbers":
-            last = state.turn >= self.max_turns or state.author == self.agents[-1]
-            system = VERIFY_SYSTEM_NUMBERED + ("" if last else REDO_NUMBERED)
-            user = VERIFY_USER_NUMBERED.format(question=q, author=state.author, draft=state.draft)
-            tag = "<verdict>"
+        if state.turn == 1:
+            (system, user), tag = self.options.route(self.agents, q), "<model>"
         else:
-            last = state.turn >= self.max_turns or state.author == self.agents[-1]
-            template = LAST_VERIFY_PROMPT if last else VERIFY_PROMPT
-            stronger = self.agents[self.agents.index(state.author) + 1 :] if state.author in self.agents else ()
-            tags = ", ".join(f"<model>{a}</model>" for a in stronger)
-            system = template.format(author=state.author, tags=tags)
-            user = VERIFY_USER.format(question=q, author=state.author, draft=state.draft)
-            tag = "<verdict>"
+            last = state.turn >= self.max_turns or state.author == self.agents[-1]  # no stronger agent to name
+            (system, user), tag = self.options.verify(self.agents, q, state.author, state.draft, last), "<verdict>"
         messages = (Message("system", system), Message("user", user))
         return messages + ((Message("assistant", tag),) if self.prefill else ())
 
@@ -227,7 +268,8 @@ class RouterSystem:
         if state.pending is not None:
             return self._agent_answered(state, reply)
         text = self._full_text(reply.text, state.turn)
-        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author, self._labels())
+        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author,
+                              self.options.labels(self.agents))
         terms = REWARDS[self.reward].controller(action, state.turn, state.draft_correct, self.multipliers.xi,
                                                 self.weights)
         reward = terms.pop("reward")
@@ -326,7 +368,7 @@ def tree_accuracy(episodes: Sequence[Episode]) -> float:
 def build_router(config, task: Task) -> Built:
     """The controller over the configured pool (weak to strong), caps and multipliers.
 
-    The controller's reply ends with its routing tag; a True verdict ends at EOS."""
+    The controller's reply ends with its routing tag (and with numbered options, its verdict's)."""
     from masrl.config import ConfigError
     from masrl.pools.build import build_pool
 
@@ -346,8 +388,5 @@ def build_router(config, task: Task) -> Built:
     weights = RewardWeights(r.routing_weight, r.verification_weight)
     system = RouterSystem(task, names, multipliers, r.max_turns, weights, r.prefill, labels=r.labels, reward=r.reward,
                           final_verification=r.final_verification)
-    # Numbered options end a verdict at its closing tag too: the decision is made, and a False hands the
-    # problem to the next stronger agent without naming it.
-    stop = ("</model>", "</verdict>") if r.labels == "numbers" else ("</model>",)
-    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=stop)
+    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=system.options.stop)
 
