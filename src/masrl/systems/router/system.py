@@ -279,9 +279,13 @@ class RouterSystem:
         nxt = replace(state, pending=action.agent, critique=_critique(text))
         return Transition(nxt, action, terms, reward, done=False)
 
+    def draft_correct(self, item: TaskItem, answer: str | None) -> bool:
+        """Whether a routed agent's answer (its draft's, the action of its call) is right for `item`."""
+        return answer is not None and self.task_family.score(item, answer) > 0
+
     def _agent_answered(self, state: RouterState, reply: Reply) -> Transition:
         answer = self.task_family.extract_answer(reply.text)
-        correct = answer is not None and self.task_family.score(state.task, answer) > 0
+        correct = self.draft_correct(state.task, answer)
         # T = 1 (the single-turn router) routes once and never verifies; without final verification a draft
         # that could only be verified is final too
         last = state.turn >= self.max_turns or (not self.final_verification and state.turn + 1 >= self.max_turns)
