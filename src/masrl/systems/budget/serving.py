@@ -29,7 +29,8 @@ def configure(system: BudgetSystem, options: ServeOptions) -> BudgetSystem:
 def answer(episode: Episode) -> str:
     leaf = episode.leaves()[-1]
     action = leaf.action
-    return action.answer if isinstance(action, Action) and action.kind == ActionKind.ANSWER and action.answer is not None else ""
+    answered = isinstance(action, Action) and action.kind == ActionKind.ANSWER and action.answer is not None
+    return action.answer if answered else ""
 
 
 def audit(episode: Episode) -> dict[str, Any]:

@@ -333,7 +333,8 @@ class BudgetSystem:
             return Transition(nxt, action, {}, 0.0, done=False)
         if action.kind == ActionKind.ALONE:
             return Transition(replace(state, cost=cost, answering=text), action, {}, 0.0, done=False)
-        correct = action.kind == ActionKind.ANSWER and self.task_family.score(state.task, self._answer(action.answer)) > 0
+        answered = action.kind == ActionKind.ANSWER
+        correct = answered and self.task_family.score(state.task, self._answer(action.answer)) > 0
         terms = budget_reward(correct, cost, state.mode.budget, action.kind != ActionKind.FORMAT_ERROR, self.rewards)
         reward = terms.pop("reward")
         terms["expert_calls"] = float(len(state.history))

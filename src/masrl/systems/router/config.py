@@ -26,7 +26,8 @@ class RouterConfig(SystemSection):
     dual_ascent: bool = Field(False, description="move xi between steps by dual ascent on measured usage vs rho")
     dual_lr: float = Field(0.5, gt=0.0, description="dual-ascent step size")
     labels: LabelStyle = Field(
-        LabelStyle.NAMES, description="what the controller writes for an agent: its name, or its number 1..K weak to strong"
+        LabelStyle.NAMES,
+        description="what the controller writes for an agent: its name, or its number 1..K weak to strong",
     )
     reward: Literal["paper", "outcome"] = Field(
         "paper", description="paper: R_r and R_v per action (sec. 3.2); outcome: R_r once, for the final draft, with the "

@@ -186,7 +186,8 @@ def parse_action(
         return Action(ActionKind.ROUTE, verdict=verdict, agent=stronger[0])
     agent = _agent_named(found[0], agents, labels)
     if agent not in stronger:
-        return Action(ActionKind.FORMAT_ERROR, verdict=verdict, reason=f"{found[0][:40]!r} is not stronger than {author}")
+        reason = f"{found[0][:40]!r} is not stronger than {author}"
+        return Action(ActionKind.FORMAT_ERROR, verdict=verdict, reason=reason)
     return Action(ActionKind.ROUTE, verdict=verdict, agent=agent)
 
 
