@@ -28,13 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from masrl.agents.python_fn import FunctionAgent
 from masrl.pools.slips import check_draft
 from masrl.systems.router.evaluation import RouterEval, evaluate_controller
-from masrl.systems.router.system import (
-    ROUTE_USER,
-    ROUTE_USER_NUMBERED,
-    VERIFY_USER,
-    VERIFY_USER_NUMBERED,
-    RouterSystem,
-)
+from masrl.systems.router.system import RouterSystem
 from masrl.tasks.base import Task
 from masrl.types import Message, TaskItem
 
@@ -58,16 +52,16 @@ def scripted_controller(system: RouterSystem, route: Route, verify: Verify) -> F
     parser reads after its prefilled tag. Needs `system.prefill` (the tag tells the turn apart)."""
     if not system.prefill:
         raise ValueError("scripted_controller needs system.prefill: the prefilled tag tells turn 1 from later turns")
-    numbered = system.labels == "numbers"
+    options = system.options  # the prompts of its label style, which the rules read the question and draft from
 
     def decide(messages: Sequence[Message]) -> str:
         user = messages[1].content
         if messages[-1].content == "<model>":
-            fields = template_fields(ROUTE_USER_NUMBERED if numbered else ROUTE_USER, user)
+            fields = template_fields(options.route_user, user)
             if fields is None:
                 raise ValueError(f"not a routing prompt: {user[:80]!r}")
             return f"{system.label(route(fields['question']))}</model>"
-        fields = template_fields(VERIFY_USER_NUMBERED if numbered else VERIFY_USER, user)
+        fields = template_fields(options.verify_user, user)
         if fields is None:
             raise ValueError(f"not a verification prompt: {user[:80]!r}")
         return f"{verify(fields['question'], fields['draft'])}</verdict>"

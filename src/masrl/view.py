@@ -285,8 +285,8 @@ def page_html(paths: Sequence[Path]) -> str:
     flat = [(str(d) if len(ds) == 1 else f"{name} ({d.name})", d) for name, ds in groups for d in ds]
     metrics = {label: read_metrics(d) for label, d in flat}
     specs = [system_spec(d) for _, d in flat]
-    own = list(dict.fromkeys(k for s in specs if s is not None for k, _ in s.curves))
-    titles = {k: t for s in specs if s is not None for k, t in s.curves}
+    own = list(dict.fromkeys(k for s in specs if s is not None for k, _ in s.page.curves))
+    titles = {k: t for s in specs if s is not None for k, t in s.page.curves}
     train = {label: [r for r in rows if r.get("kind") == "train"] for label, rows in metrics.items()}
     keys = list(dict.fromkeys(k for rows in train.values() for r in rows for k in r if k not in ("step", "kind")))
     keys += [k for k in own if k not in keys]  # a system's eval/ curve (search: eval/f1)
@@ -309,9 +309,9 @@ def page_html(paths: Sequence[Path]) -> str:
 
     views = []
     for (label, d), spec in zip(flat, specs):
-        if spec is None or spec.views is None:
+        if spec is None or spec.page.views is None:
             continue
-        for v in spec.views(d):
+        for v in spec.page.views(d):
             figs = "".join(figure_html(f, f"fig{n + i}") for i, f in enumerate(v.figures))
             n += len(v.figures)
             note = f"<p class='dim'>{html.escape(v.note)}</p>" if v.note else ""

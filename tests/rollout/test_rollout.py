@@ -235,6 +235,37 @@ def test_an_episode_lists_its_calls_in_tree_order_whatever_order_they_finished_i
     assert len(seen) == 12
 
 
+def test_lockstep_grows_every_tree_level_by_level_and_steps_in_task_order():
+    """The same episodes as the concurrent rollout, each level's calls one batch, its steps in task order,
+    however the replies arrive (the router's capped evaluation relies on the order)."""
+
+    class Slow:
+        name = "solver"
+
+        async def __call__(self, messages):
+            await asyncio.sleep(0.01 * (len(messages[-1].content) % 3))  # later tasks may answer first
+            return Reply(messages[-1].content[-2:], tokens_in=1, tokens_out=1, cost=0.0)
+
+    @dataclass
+    class Recording(TwoTurnSystem):
+        steps: list = None
+
+        def advance(self, state, step, reply):
+            self.steps.append((state.turn, state.task.id))
+            return super().advance(state, step, reply)
+
+    tasks = [TaskItem(id=f"t{i}", question="q" * (i + 1), answer="a") for i in range(4)]
+    system = Recording(turns=3, steps=[])
+    eps = asyncio.run(rollout(system, {"solver": Slow()}, tasks, Parallel(2), key="k", lockstep=True))
+    assert system.steps == [(turn, t.id) for turn in range(3) for t in tasks for _ in range(2)]
+    free = asyncio.run(rollout(TwoTurnSystem(turns=3), {"solver": Slow()}, tasks, Parallel(2), key="k"))
+    assert eps == free
+    fake = FakeGenerate()
+    asyncio.run(rollout(TwoTurnSystem(), {"solver": ServiceAgent(GenerationService(fake))}, tasks, Parallel(2),
+                        lockstep=True))  # fmt: skip
+    assert [len(b[0]) for b in fake.batches] == [8, 8]
+
+
 class BlockingSystem(TwoTurnSystem):
     """A system whose step blocks its thread (as a sandboxed program does) until the event loop, which must keep
     running meanwhile, sets `loop_alive`; `alive` records for each step whether that happened."""

@@ -144,8 +144,8 @@ def test_the_view_finds_the_runs_system_its_curves_and_views(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("system: {kind: search}\n")
-    assert [key for key, _ in system_spec(run).curves][:2] == ["eval/f1", "calls_per_question"]
+    assert [key for key, _ in system_spec(run).page.curves][:2] == ["eval/f1", "calls_per_question"]
     (run / "config.yaml").write_text("system: {kind: router}\n")
-    assert system_spec(run).curves == () and system_spec(run).views is not None
+    assert system_spec(run).page.curves == () and system_spec(run).page.views is not None
     (run / "config.yaml").write_text("system: {kind: gone_plugin:SYSTEM}\n")
     assert system_spec(run) is None  # an uninstalled plugin's run still gets the engine's curves

@@ -38,6 +38,12 @@ so the update sums its samples in the same order. A run resumed after a kill
 then draws exactly what the uninterrupted one drew. Without a key, calls are
 listed as they finished (the order every measured run in the README used).
 
+A rollout in lockstep (`rollout(..., lockstep=True)`) grows every task's tree
+level by level together, by the same rules: a level's calls are drawn at once
+(one generation batch) and its environment steps run in task order, so a
+system whose steps share state across tasks sees them in a fixed order (the
+router's usage caps at evaluation, masrl/systems/router/evaluation.py).
+
 Environment steps that block (a sandboxed program, a tool, a retrieval: a
 system's `advance`) run on the event loop by default, which keeps every seeded
 run reproducible; with `rollout.env_threads: N` they run on N threads
@@ -260,29 +266,91 @@ async def expand(
         width = rule.width(depth, step)
         outcomes = await asyncio.gather(*(_invoke(agent, step.messages, address(parent, i, first))
                                           for i in range(width)))  # fmt: skip
-        children: list[tuple[Call, Transition | None]] = []
-        for i, (reply, error) in enumerate(outcomes):
-            base = dict(id=_call_id(parent, i, first), parent=parent, agent=step.agent, role=step.role, turn=step.turn, messages=step.messages)
-            if reply is None:
-                children.append((Call(**base, reply=None, done=True, error=error), None))
-                continue
-            tr = await env.advance(system, state, step, reply) if env else system.advance(state, step, reply)
-            call = Call(**base, reply=reply, action=tr.action, rewards=dict(tr.rewards), reward=tr.reward, done=tr.done)
-            children.append((call, tr))
+        children = await _children(system, state, step, outcomes, parent, first, env)
         calls.extend(c for c, _ in children)
-        kept = rule.keep(depth, step, [c for c, _ in children])
-        live = [(call, tr) for call, tr in (children[i] for i in kept) if tr and not call.done]
+        live = _continuing(rule, depth, step, children)
         await asyncio.gather(*(grow(tr.state, call.id, depth + 1, rule) for call, tr in live))
 
     start = system.start(task)
+    await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in _roots(system, start, task, rule)))
+    if key is not None:  # by place: level by level in tree order, not in the order replies finished in
+        calls.sort(key=_tree_order)
+    return Episode(task=task, calls=tuple(calls))
+
+
+def _roots(system: System, start: Any, task: TaskItem, rule: BranchRule | Planner) -> list[tuple[BranchRule, int]]:
+    """The branch rules whose trees make the task's episode, each with its first root id."""
     plans = rule.plans(task) if hasattr(rule, "plans") else [rule]  # a Planner, or one BranchRule
     firsts = [0]  # the first root id of each plan's tree
     for plan in plans[:-1]:
         firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))
-    await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in zip(plans, firsts)))
-    if key is not None:  # by place: level by level in tree order, not in the order replies finished in
-        calls.sort(key=_tree_order)
-    return Episode(task=task, calls=tuple(calls))
+    return list(zip(plans, firsts))
+
+
+async def _children(
+    system: System, state: Any, step: Step, outcomes: Sequence[tuple[Reply | None, str | None]],
+    parent: str | None, first: int, env: EnvSteps | None,
+) -> list[tuple[Call, Transition | None]]:  # fmt: skip
+    """The calls drawn at one node, each advanced in turn (a failed draw ends its branch)."""
+    children: list[tuple[Call, Transition | None]] = []
+    for i, (reply, error) in enumerate(outcomes):
+        base = dict(id=_call_id(parent, i, first), parent=parent, agent=step.agent, role=step.role, turn=step.turn, messages=step.messages)
+        if reply is None:
+            children.append((Call(**base, reply=None, done=True, error=error), None))
+            continue
+        tr = await env.advance(system, state, step, reply) if env else system.advance(state, step, reply)
+        call = Call(**base, reply=reply, action=tr.action, rewards=dict(tr.rewards), reward=tr.reward, done=tr.done)
+        children.append((call, tr))
+    return children
+
+
+def _continuing(rule: BranchRule, depth: int, step: Step, children: Sequence[tuple[Call, Transition | None]]
+                ) -> list[tuple[Call, Transition]]:  # fmt: skip
+    """The children the rule keeps that go on (not failed, not done)."""
+    kept = rule.keep(depth, step, [c for c, _ in children])
+    return [(call, tr) for call, tr in (children[i] for i in kept) if tr and not call.done]
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A state of a lockstep rollout waiting for its next call."""
+
+    slot: int  # its task's place in the batch
+    state: Any
+    parent: str | None
+    depth: int
+    rule: BranchRule
+    first: int = 0
+
+
+async def _lockstep(
+    system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
+    key: str | None, env: EnvSteps | None,
+) -> list[Episode]:  # fmt: skip
+    """Every task's tree grown level by level: a level's calls at once, then its steps in task order."""
+    calls: list[list[Call]] = [[] for _ in tasks]
+    level: list[_Node] = []
+    for slot, task in enumerate(tasks):
+        start = system.start(task)
+        level += [_Node(slot, start, None, 0, plan, first) for plan, first in _roots(system, start, task, rule)]
+    while level:
+        steps = [system.next_step(n.state) for n in level]
+        widths = [n.rule.width(n.depth, step) for n, step in zip(level, steps)]
+        draws = [(agents[step.agent], step.messages,
+                  None if key is None else call_address(key, n.slot, _call_id(n.parent, i, n.first)))
+                 for n, step, width in zip(level, steps, widths) for i in range(width)]  # fmt: skip
+        outcomes = iter(await asyncio.gather(*(_invoke(*draw) for draw in draws)))
+        after: list[_Node] = []
+        for n, step, width in zip(level, steps, widths):
+            drawn = [next(outcomes) for _ in range(width)]
+            children = await _children(system, n.state, step, drawn, n.parent, n.first, env)
+            calls[n.slot].extend(c for c, _ in children)
+            after += [_Node(n.slot, tr.state, call.id, n.depth + 1, n.rule)
+                      for call, tr in _continuing(n.rule, n.depth, step, children)]  # fmt: skip
+        level = after
+    if key is not None:
+        calls = [sorted(cs, key=_tree_order) for cs in calls]
+    return [Episode(task=task, calls=tuple(cs)) for task, cs in zip(tasks, calls)]
 
 
 def _tree_order(call: Call) -> tuple[int, tuple[int, ...]]:
@@ -306,8 +374,12 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...], address: str | No
 
 async def rollout(
     system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
-    key: str | None = None, env: EnvSteps | None = None,
+    key: str | None = None, env: EnvSteps | None = None, lockstep: bool = False,
 ) -> list[Episode]:  # fmt: skip
     """Expand every task's tree concurrently, so generation batches across tasks. `key` (unique
-    within a run) makes the rollout one by place (see the module's doc); None: by arrival."""
+    within a run) makes the rollout one by place (see the module's doc); None: by arrival.
+    `lockstep`: level by level across tasks, environment steps in task order (a system stepped from
+    here; one that grows its own tree cannot be)."""
+    if lockstep:
+        return await _lockstep(system, agents, tasks, rule, key, env)
     return list(await asyncio.gather(*(expand(system, agents, t, rule, key, i, env) for i, t in enumerate(tasks))))

@@ -1,11 +1,13 @@
 """The public API of a system: what a system is, what it hands the engine, what it may read.
 
 A system is a state machine over calls (`System`: `start`, `next_step`, `advance`; see
-masrl/rollout/tree.py). It declares itself with one `SystemSpec`: its `kind`, its config model
-(a `SystemSection` subclass: the run config's `system` section), a builder `build(config, task)
--> Built`, and optionally its own evaluation, cross-checks against the engine sections, the
-sampler rules it supports, CLI commands, and its own curves and views on the run's page
-(`masrl view`: `views(run_dir) -> [View]`, plotly figures and tables read from the run's files).
+masrl/rollout/tree.py). It declares itself with one `SystemSpec`. Its core: its `kind`, its config
+model (a `SystemSection` subclass: the run config's `system` section), a builder `build(config,
+task) -> Built`, and optionally its own evaluation, cross-checks against the engine sections, the
+sampler rules it supports and whether it runs only its own task families. Its optional parts, each
+its own type: its `page` (`Page`: its own curves and views on the run's page, `masrl view`:
+`views(run_dir) -> [View]`, plotly figures and tables read from the run's files), its `serving`
+(`Serving`: how `masrl serve` runs a request) and its `commands` (`Command`s added to `masrl`).
 The engine finds a spec by `system.kind`:
 
 - a built-in name (`masrl.systems.BUILTIN`),
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ from masrl.view import Table, View, saved_evaluations
 
 __all__ = [
     "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
-    "ItemScores", "Message", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
+    "ItemScores", "Message", "Page", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
     "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View",
     "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent", "reward_terms",
     "saved_evaluations",
@@ -77,8 +79,21 @@ class Legacy:
 
 
 @dataclass(frozen=True)
+class Page:
+    """A system's own parts of its run's page (`masrl view`, `masrl report`), drawn from the run's files."""
+
+    curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn first, before the other metrics
+    views: Callable[[Path], Sequence[View]] | None = None  # RUN_DIR -> its own sections of the page
+
+
+@dataclass(frozen=True)
 class SystemSpec:
-    """Everything the engine needs to know of a system; one per system, found by `system.kind`."""
+    """Everything the engine needs to know of a system; one per system, found by `system.kind`.
+
+    The core every system gives (kind, config, build; evaluation, checks, sampler rules and own tasks
+    have defaults), then its optional parts, each its own type: `page`, `commands`, `serving`. The flat
+    keywords `curves=` and `views=` (the page's parts, as docs/api.md first wrote them) are taken into
+    `page` once; read them as `spec.page.curves` and `spec.page.views`."""
 
     kind: str
     config: type[SystemSection]  # the `system` section's model
@@ -88,11 +103,19 @@ class SystemSpec:
     check: Callable[[Config], None] | None = None  # cross-checks with the engine sections; raise ValueError
     rules: tuple[str, ...] = GENERAL_RULES  # the sampler rules it supports
     own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
+    page: Page = field(default=Page(), kw_only=True)  # its own curves and views on the run's page
     commands: Mapping[str, Command] = field(default_factory=dict)
-    curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn first on the run's page (masrl view)
-    views: Callable[[Path], Sequence["View"]] | None = None  # RUN_DIR -> its own sections of the page
+    curves: InitVar[tuple[tuple[str, str], ...] | None] = None  # = page=Page(curves=...)
+    views: InitVar[Callable[[Path], Sequence[View]] | None] = None  # = page=Page(views=...)
     serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
     legacy: Legacy = Legacy()
+
+    def __post_init__(self, curves, views) -> None:  # the InitVars above: the page's flat keywords
+        if curves is None and views is None:
+            return
+        if self.page != Page():
+            raise TypeError(f"SystemSpec {self.kind!r}: give its page as page=Page(...) or as curves=/views=, not both")
+        object.__setattr__(self, "page", Page(tuple(curves or ()), views))
 
 
 @dataclass(frozen=True)

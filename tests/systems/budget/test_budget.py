@@ -73,7 +73,7 @@ def run(sys_, agents, item):
 )
 def test_parse_answers_and_calls(text, kind, expert, query, answer):
     a = parse_action(text, EXPERTS, can_call=True)
-    assert (a.kind, a.expert, a.query, a.answer) == (kind, expert, query, answer)
+    assert (a.kind, a.agent, a.query, a.answer) == (kind, expert, query, answer)
 
 
 @pytest.mark.parametrize(
@@ -367,7 +367,7 @@ def test_decide_first_bad_decisions_are_format_failures(decision):
 )  # fmt: skip
 def test_numbered_options_map_0_to_alone_and_k_to_the_kth_expert(body, kind, expert):
     a = parse_action(f"<call>{body}</call>", EXPERTS, can_call=True, alone="none", numbered=True)
-    assert (a.kind, a.expert) == (kind, expert)
+    assert (a.kind, a.agent) == (kind, expert)
 
 
 def test_numbered_decide_lists_numbers_and_reaches_the_numbered_expert():

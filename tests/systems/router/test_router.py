@@ -14,6 +14,7 @@ from masrl.algos.advantages import group_ids_from_keys, grpo_mean
 from masrl.algos.credit import group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
 from masrl.rollout.tree import FullTree, expand
+from masrl.systems.action import Action
 from masrl.systems.router.baselines import SingleAgentRouter
 from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
 from masrl.systems.router.rewards import (
@@ -28,7 +29,7 @@ from masrl.systems.router.rewards import (
     outcome_routing_reward,
     routing_reward,
 )
-from masrl.systems.router.system import Action, RouterSystem, parse_action, path_weights, tree_usage
+from masrl.systems.router.system import RouterSystem, parse_action, path_weights, tree_usage
 from masrl.tasks.math import MathTask
 from masrl.train import sample_weight
 from masrl.types import Call, Episode, Reply, TaskItem

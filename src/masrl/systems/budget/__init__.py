@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, Serving, SystemSpec, lazy
+from masrl.systems.api import Legacy, Page, Serving, SystemSpec, lazy
 from masrl.systems.budget.config import BudgetConfig, check_budget
 from masrl.systems.budget.system import build_budget
 
@@ -22,12 +22,12 @@ SYSTEM = SystemSpec(
     summary="a controller answers or calls priced experts within a budget mode written in its prompt (CoRL)",
     evaluate=lazy("masrl.systems.budget.evaluation:evaluate_budget"),
     check=check_budget,
+    page=Page(views=lazy("masrl.systems.budget.views:budget_views")),
     serving=Serving(
         answer=lazy("masrl.systems.budget.serving:answer"),
         audit=lazy("masrl.systems.budget.serving:audit"),
         configure=lazy("masrl.systems.budget.serving:configure"),
         modes=lazy("masrl.systems.budget.serving:modes"),
     ),
-    views=lazy("masrl.systems.budget.views:budget_views"),
     legacy=Legacy(sections={"budget": "", "pool": "pool"}),
 )

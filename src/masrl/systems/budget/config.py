@@ -8,6 +8,7 @@ from pydantic import Field
 
 from masrl.config import Section
 from masrl.pools.config import PoolConfig, check_pool
+from masrl.systems.action import LabelStyle
 from masrl.systems.api import Config, SystemSection
 
 
@@ -42,8 +43,8 @@ class BudgetConfig(SystemSection):
         "free", description="free: reason, then <answer> or <call> (the paper); decide: each round's reply is "
         "prefilled '<mode> budget: <call>' and names an expert or 'none', then a prefilled <answer> call (small controllers)"
     )
-    labels: Literal["names", "numbers"] = Field(
-        "names", description="protocol decide: the options are the experts' names (<call>sim-nano</call>) or "
+    labels: LabelStyle = Field(
+        LabelStyle.NAMES, description="protocol decide: the options are the experts' names (<call>sim-nano</call>) or "
         "numbers (<call>0</call> answers alone, <call>1</call> the cheapest expert, ...)"
     )
     shuffle_options: bool = Field(
@@ -77,9 +78,9 @@ def check_budget(config: Config) -> None:
     unknown = set(b.baselines) - {"single", "random"}
     if unknown:
         raise ValueError(f"system.baselines has unknown entries {sorted(unknown)}; known: single, random")
-    if b.labels == "numbers" and b.protocol != "decide":
+    if b.labels == LabelStyle.NUMBERS and b.protocol != "decide":
         raise ValueError("system.labels: numbers needs system.protocol: decide (free replies name experts)")
-    if b.shuffle_options and b.labels != "numbers":
+    if b.shuffle_options and b.labels != LabelStyle.NUMBERS:
         raise ValueError("system.shuffle_options needs system.labels: numbers (named options are listed cheapest first)")
     if b.protocol == "decide" and b.prefill:
         raise ValueError("system.prefill is for protocol 'free'; protocol 'decide' prefills <call> and <answer> itself")

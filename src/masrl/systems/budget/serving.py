@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from masrl.systems.action import Action, ActionKind
 from masrl.systems.api import ServeOptions
 from masrl.systems.budget.system import BudgetSystem
 from masrl.types import Episode
@@ -28,7 +29,8 @@ def configure(system: BudgetSystem, options: ServeOptions) -> BudgetSystem:
 def answer(episode: Episode) -> str:
     leaf = episode.leaves()[-1]
     action = leaf.action
-    return action.answer if getattr(action, "kind", None) == "answer" and action.answer is not None else ""
+    answered = isinstance(action, Action) and action.kind == ActionKind.ANSWER and action.answer is not None
+    return action.answer if answered else ""
 
 
 def audit(episode: Episode) -> dict[str, Any]:
@@ -36,7 +38,7 @@ def audit(episode: Episode) -> dict[str, Any]:
     leaf = path[-1]
     record: dict[str, Any] = {
         "experts": [c.agent for c in path if c.role == "expert"],
-        "format_ok": getattr(leaf.action, "kind", "") == "answer",
+        "format_ok": isinstance(leaf.action, Action) and leaf.action.kind == ActionKind.ANSWER,
     }
     if "cost" in leaf.rewards:  # the system's own price table (the controller's tokens included)
         record["cost"] = leaf.rewards["cost"]

@@ -55,6 +55,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
+from masrl.systems.action import Action, ActionKind, LabelStyle
 from masrl.systems.api import Built, match_agent
 from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost
 from masrl.tasks.base import Task
@@ -148,17 +149,6 @@ def option_order(seed: int, task_id: str, n: int) -> list[int]:
 
 
 # ---------------------------------------------------------------- the action
-@dataclass(frozen=True)
-class Action:
-    """One parsed controller output. kind: "answer", "call", "alone" (decide_first) or "format_error"."""
-
-    kind: str
-    answer: str | None = None
-    expert: str | None = None
-    query: str = ""
-    reason: str = ""
-
-
 _TAG = re.compile(r"<(answer|call)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 
 
@@ -167,32 +157,32 @@ def parse_action(
 ) -> Action:
     """The controller's decision in `text`; never raises. The first complete tag decides.
 
-    With `alone` set (decide_first), `<call>ALONE</call>` is the choice to answer itself: kind "alone".
+    With `alone` set (decide_first), `<call>ALONE</call>` is the choice to answer itself: kind ALONE.
     With `numbered`, a call names a number instead: 0 answers alone, k the k-th expert of `experts`."""
     found = _TAG.search(text)
     if found is None:
-        return Action("format_error", reason="no <answer> or <call> tag")
+        return Action(ActionKind.FORMAT_ERROR, reason="no <answer> or <call> tag")
     tag, body = found.group(1).lower(), found.group(2).strip()
     if tag == "answer":
         if not body:
-            return Action("format_error", reason="empty <answer>")
-        return Action("answer", answer=body)
+            return Action(ActionKind.FORMAT_ERROR, reason="empty <answer>")
+        return Action(ActionKind.ANSWER, answer=body)
     name, _, query = body.partition(":")
     if alone is not None and name.strip().strip("\"'`").strip().lower() == alone:
-        return Action("alone")
+        return Action(ActionKind.ALONE)
     if numbered:
         number = name.strip()
         if not number.isdigit() or int(number) > len(experts):
-            return Action("format_error", reason=f"not an option number: {number[:40]!r}")
+            return Action(ActionKind.FORMAT_ERROR, reason=f"not an option number: {number[:40]!r}")
         if int(number) == 0:
-            return Action("alone")
+            return Action(ActionKind.ALONE)
         name = experts[int(number) - 1]
     expert = match_agent(name, experts)
     if expert is None:
-        return Action("format_error", reason=f"unknown expert {name.strip()[:40]!r}")
+        return Action(ActionKind.FORMAT_ERROR, reason=f"unknown expert {name.strip()[:40]!r}")
     if not can_call:
-        return Action("format_error", expert=expert, reason="a call in the last round")
-    return Action("call", expert=expert, query=query.strip())
+        return Action(ActionKind.FORMAT_ERROR, agent=expert, reason="a call in the last round")
+    return Action(ActionKind.CALL, agent=expert, query=query.strip())
 
 
 # ---------------------------------------------------------------- the system
@@ -270,7 +260,7 @@ class BudgetSystem:
     # -- prompts
     def next_step(self, state: BudgetState) -> Step:
         if state.pending is not None:
-            return Step(state.pending.expert, "expert", state.round, self.expert_messages(state), branch=False)
+            return Step(state.pending.agent, "expert", state.round, self.expert_messages(state), branch=False)
         role = ANSWER if self._answering(state) else CONTROLLER
         return Step(self.policy, role, state.round, self.controller_messages(state))
 
@@ -326,7 +316,7 @@ class BudgetSystem:
     def advance(self, state: BudgetState, step: Step, reply: Reply) -> Transition:
         spent = call_cost(self.prices, step.agent, reply.tokens_in, reply.tokens_out)
         if state.pending is not None:  # the expert answered: append its reply, next round
-            past = Consultation(state.pending_text, state.pending.expert, reply.text.strip())
+            past = Consultation(state.pending_text, state.pending.agent, reply.text.strip())
             nxt = replace(state, round=state.round + 1, cost=state.cost + spent, history=state.history + (past,),
                           pending=None, pending_text="")  # fmt: skip
             return Transition(nxt, None, {"call_cost": spent}, 0.0, done=False)
@@ -335,19 +325,20 @@ class BudgetSystem:
         action = parse_action(
             text, self.experts, can_call=state.round < self.max_rounds, alone=alone, numbered=self.numbered
         )
-        if self._answering(state) and action.kind == "call":
-            action = Action("format_error", expert=action.expert, reason="a call where an answer is due")
+        if self._answering(state) and action.kind == ActionKind.CALL:
+            action = Action(ActionKind.FORMAT_ERROR, agent=action.agent, reason="a call where an answer is due")
         cost = state.cost + spent
-        if action.kind == "call":
+        if action.kind == ActionKind.CALL:
             nxt = replace(state, cost=cost, pending=action, pending_text=text)
             return Transition(nxt, action, {}, 0.0, done=False)
-        if action.kind == "alone":
+        if action.kind == ActionKind.ALONE:
             return Transition(replace(state, cost=cost, answering=text), action, {}, 0.0, done=False)
-        correct = action.kind == "answer" and self.task_family.score(state.task, self._answer(action.answer)) > 0
-        terms = budget_reward(correct, cost, state.mode.budget, action.kind != "format_error", self.rewards)
+        answered = action.kind == ActionKind.ANSWER
+        correct = answered and self.task_family.score(state.task, self._answer(action.answer)) > 0
+        terms = budget_reward(correct, cost, state.mode.budget, action.kind != ActionKind.FORMAT_ERROR, self.rewards)
         reward = terms.pop("reward")
         terms["expert_calls"] = float(len(state.history))
-        terms["answered_alone"] = float(action.kind == "answer" and not state.history)
+        terms["answered_alone"] = float(action.kind == ActionKind.ANSWER and not state.history)
         return Transition(replace(state, cost=cost), action, terms, reward, done=True)
 
     def _answer(self, body: str) -> str:
@@ -403,6 +394,6 @@ def build_budget(config, task: Task) -> Built:
     rewards = RewardSettings(b.reward, b.soft_penalty, b.format_weight)
     system = BudgetSystem(
         task, tuple(pool), prices, modes, probs, rewards, b.max_rounds, b.prefill, config.run.seed,
-        decide_first=b.protocol == "decide", numbered=b.labels == "numbers", shuffled=b.shuffle_options,
+        decide_first=b.protocol == "decide", numbered=b.labels == LabelStyle.NUMBERS, shuffled=b.shuffle_options,
     )  # fmt: skip
     return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=("</call>", "</answer>"))

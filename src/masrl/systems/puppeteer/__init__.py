@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, SystemSpec, lazy
+from masrl.systems.api import Legacy, Page, SystemSpec, lazy
 from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer
 from masrl.systems.puppeteer.system import build_puppeteer
 
@@ -25,7 +25,7 @@ SYSTEM = SystemSpec(
     summary="an orchestrator picks the next agent (model x pattern x tool) until it stops; cost-aware returns",
     evaluate=lazy("masrl.systems.puppeteer.evaluation:evaluate_orchestrator"),
     check=check_puppeteer,
-    views=lazy("masrl.systems.puppeteer.views:puppeteer_views"),
     rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
+    page=Page(views=lazy("masrl.systems.puppeteer.views:puppeteer_views")),
     legacy=Legacy(sections={"puppeteer": "", "pool": "pool"}, system_keys=("prefill",)),
 )

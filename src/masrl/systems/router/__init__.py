@@ -13,7 +13,7 @@ Its pools (simulated, recorded CHAMP, your own agents) are shared with other sys
 
 from __future__ import annotations
 
-from masrl.systems.api import Command, Legacy, Serving, SystemSpec, lazy
+from masrl.systems.api import Command, Legacy, Page, Serving, SystemSpec, lazy
 from masrl.systems.router.config import RouterConfig, check_router
 from masrl.systems.router.system import build_router
 
@@ -35,7 +35,7 @@ SYSTEM = SystemSpec(
     summary="a controller routes each problem to a pool agent, verifies drafts, escalates (critique-routing paper)",
     evaluate=lazy("masrl.systems.router.results:evaluate_router"),
     check=check_router,
-    views=lazy("masrl.systems.router.views:router_views"),
+    page=Page(views=lazy("masrl.systems.router.views:router_views")),
     commands={
         "champ-pool": Command("build the recorded CHAMP agent pool file (needs champ-dataset)",
                               _champ_pool_arguments, _champ_pool),

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from masrl.pools.config import PoolConfig, check_pool
+from masrl.systems.action import LabelStyle
 from masrl.systems.api import Config, SystemSection
 
 BASELINES = ("single", "random", "classifier", "knn")
@@ -24,8 +25,9 @@ class RouterConfig(SystemSection):
     )
     dual_ascent: bool = Field(False, description="move xi between steps by dual ascent on measured usage vs rho")
     dual_lr: float = Field(0.5, gt=0.0, description="dual-ascent step size")
-    labels: Literal["names", "numbers"] = Field(
-        "names", description="what the controller writes for an agent: its name, or its number 1..K weak to strong"
+    labels: LabelStyle = Field(
+        LabelStyle.NAMES,
+        description="what the controller writes for an agent: its name, or its number 1..K weak to strong",
     )
     reward: Literal["paper", "outcome"] = Field(
         "paper", description="paper: R_r and R_v per action (sec. 3.2); outcome: R_r once, for the final draft, with the "

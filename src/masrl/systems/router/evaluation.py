@@ -4,9 +4,12 @@ Every method (the trained controller and each one-shot baseline) is scored the
 same way, on the same items, with the same pool draws (agents with a
 `reset()` restart their attempt counts first):
 
-- Items are processed turn by turn across the whole set ("lockstep"), so the
-  controller's calls of one turn are one generation batch and cap accounting
-  is in item order, deterministic.
+- The controller runs through the engine's rollout (masrl.rollout.tree, one
+  greedy episode per item), in lockstep: items go turn by turn across the
+  whole set, so the controller's calls of one turn are one generation batch
+  and cap accounting is in item order, deterministic. The caps are a wrapper
+  of the system (`LimitedRouter`) that passes each routing through a
+  `CapLedger`; `masrl serve` limits a request's pool with the same wrapper.
 - **Usage caps.** Agent k may take a call only while its share of all calls
   stays within rho_k: a call is allowed if calls_k + 1 <= rho_k * (calls so far
   + 1 + items not yet started). The right side is a lower bound on the final
@@ -33,9 +36,11 @@ from typing import Any
 
 from masrl.agents.base import Agent
 from masrl.evaluate import ItemScores
-from masrl.systems.router.system import RouterState, RouterSystem
+from masrl.rollout.tree import Parallel, Step, Transition, rollout
+from masrl.systems.action import Action, ActionKind
+from masrl.systems.router.system import CONTROLLER, RouterState, RouterSystem
 from masrl.tasks.base import Task
-from masrl.types import Message, TaskItem
+from masrl.types import Episode, Message, Reply, TaskItem
 
 
 # ---------------------------------------------------------------- caps
@@ -71,6 +76,31 @@ class CapLedger:
         self.redirected += chosen != wanted
         self.calls[chosen] = self.calls.get(chosen, 0) + 1
         return chosen
+
+
+@dataclass
+class LimitedRouter:
+    """The router with its routing passed through a ledger: a call to an agent the ledger does not allow
+    goes to the one it assigns, or ends the episode with the draft it has when it assigns none."""
+
+    inner: RouterSystem
+    ledger: CapLedger
+
+    def start(self, task: TaskItem) -> RouterState:
+        return self.inner.start(task)
+
+    def next_step(self, state: RouterState) -> Step:
+        return self.inner.next_step(state)
+
+    def advance(self, state: RouterState, step: Step, reply: Reply) -> Transition:
+        tr = self.inner.advance(state, step, reply)
+        if state.pending is not None or tr.done:
+            return tr
+        agent = self.ledger.assign(tr.state.pending, state.author)
+        if agent is None:  # nobody allowed is stronger than the author: keep the draft
+            final = {"correct": float(bool(state.draft_correct)), "turns": float(state.turn)}
+            return replace(tr, state=replace(tr.state, pending=None), rewards={**tr.rewards, **final}, done=True)
+        return replace(tr, state=replace(tr.state, pending=agent))
 
 
 # ---------------------------------------------------------------- traces and results
@@ -196,55 +226,40 @@ def evaluate_controller(
     solvers: Mapping[str, Sequence[bool]] | None = None,
     method: str = "masrl controller",
 ) -> RouterEval:
-    """The multi-turn controller (greedy `controller` agent) under caps `rho`."""
+    """The multi-turn controller (greedy `controller` agent) under caps `rho`: one episode per item,
+    rolled out in lockstep with every routing through the caps' ledger."""
     started = time.perf_counter()
     system = replace(system, max_turns=max_turns or system.max_turns)
     reset_pool(pool)
     ledger = CapLedger(system.agents, rho, len(items))
-    traces = [Trace(item) for item in items]
-    states: list[RouterState | None] = [system.start(item) for item in items]
-
-    async def run() -> None:
-        for _turn in range(1, system.max_turns + 1):
-            live = [i for i, s in enumerate(states) if s is not None]
-            if not live:
-                return
-            steps = [system.next_step(states[i]) for i in live]
-            replies = await asyncio.gather(*(controller(step.messages) for step in steps))  # one batch
-            routed: list[tuple[int, Any]] = []
-            for i, step, reply in zip(live, steps, replies):
-                state, trace = states[i], traces[i]
-                trace.turns, trace.cost = state.turn, trace.cost + reply.cost
-                tr = system.advance(state, step, reply)
-                trace.decisions += 1
-                trace.format_errors += tr.action.kind == "format_error"
-                if state.turn > 1:
-                    trace.verdicts.append("format_error" if tr.action.kind == "format_error" else str(tr.action.verdict))
-                if tr.done:
-                    states[i] = None
-                    _close(trace)
-                    continue
-                agent = ledger.assign(tr.state.pending, state.author)  # caps, in item order
-                trace.wanted.append(tr.state.pending)
-                if agent is None:
-                    states[i] = None
-                    _close(trace)
-                    continue
-                routed.append((i, replace(tr.state, pending=agent)))
-            outcomes = await asyncio.gather(*(pool[s.pending](system.agent_messages(s)) for _, s in routed))
-            for (i, s), reply in zip(routed, outcomes):
-                step = system.next_step(s)
-                tr = system.advance(s, step, reply)
-                traces[i].answered_by.append(s.pending)
-                traces[i].cost += reply.cost
-                traces[i].correct_after.append(bool(tr.state.draft_correct))
-                states[i] = None if tr.done else tr.state
-
-    asyncio.run(run())
-    for t in traces:
-        _close(t)
+    capped = LimitedRouter(system, ledger)
+    agents = {**pool, system.policy: controller}
+    episodes = asyncio.run(rollout(capped, agents, items, Parallel(1), lockstep=True))
+    traces = [episode_trace(system, episode) for episode in episodes]
     return summarize(method, traces, system.agents, system.max_turns, solvers, ledger.redirected,
                      time.perf_counter() - started)
+
+
+def episode_trace(system: RouterSystem, episode: Episode) -> Trace:
+    """What one item's greedy episode did: who was asked for and who answered, verdicts, cost."""
+    trace = Trace(episode.task)
+    for call in episode.calls:  # a path: the controller's calls and the drafts they routed, in turn order
+        if call.failed:  # as when the evaluation called its agents itself: a backend failure stops it
+            raise RuntimeError(f"router evaluation: {call.agent} failed on {episode.task.id}: {call.error}")
+        trace.cost += call.reply.cost
+        if call.role == CONTROLLER:
+            action: Action = call.action
+            trace.turns, trace.decisions = call.turn, trace.decisions + 1
+            trace.format_errors += action.kind == ActionKind.FORMAT_ERROR
+            if call.turn > 1:
+                trace.verdicts.append("format_error" if action.kind == ActionKind.FORMAT_ERROR else str(action.verdict))
+            if action.kind == ActionKind.ROUTE:
+                trace.wanted.append(action.agent)  # before the caps; `answered_by` is after
+        else:
+            trace.answered_by.append(call.agent)
+            trace.correct_after.append(system.draft_correct(episode.task, call.action))  # action: its answer
+    _close(trace)
+    return trace
 
 
 def _close(trace: Trace) -> None:

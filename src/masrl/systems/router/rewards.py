@@ -32,10 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from masrl.systems.router.system import Action
+from masrl.systems.action import Action, ActionKind
 
 
 @dataclass(frozen=True)
@@ -52,10 +50,10 @@ def controller_reward(
     `draft_correct` is the truth of the draft under review (None at turn 1).
     The routing term follows when the routed agent answers (`routing_reward`).
     """
-    if action.kind == "format_error":
+    if action.kind == ActionKind.FORMAT_ERROR:
         return {"verification": 0.0, "penalty": 0.0, "format_error": 1.0, "reward": 0.0}
     r_v = 0.0 if turn == 1 or draft_correct is None else float(action.verdict == draft_correct)
-    penalty = 2.0 * xi.get(action.agent, 0.0) if action.kind == "route" else 0.0
+    penalty = 2.0 * xi.get(action.agent, 0.0) if action.kind == ActionKind.ROUTE else 0.0
     reward = w.verification * r_v - w.routing * penalty
     return {"verification": r_v, "penalty": penalty, "format_error": 0.0, "reward": reward}
 
@@ -72,7 +70,7 @@ def outcome_controller_reward(
     """The ``outcome`` family: the paper's R_v and usage penalty; an action that ends the episode (a
     stop, or a format failure, which keeps the last draft) also earns the final draft's correctness."""
     terms = controller_reward(action, turn, draft_correct, xi, w)
-    if action.kind == "route":
+    if action.kind == ActionKind.ROUTE:
         return terms
     final = float(bool(draft_correct))
     return {**terms, "outcome": final, "reward": terms["reward"] + w.routing * final}
@@ -136,6 +134,3 @@ def default_multipliers(agents: Sequence[str]) -> dict[str, float]:
     for a, v in zip(reversed(list(agents)[1:]), (0.25, 0.125)):
         xi[a] = v
     return xi
-
-
-# ---------------------------------------------------------------- the system

@@ -6,7 +6,8 @@ Request fields (the `openai` client sends them with `extra_body`):
 - ``caps``: the most calls each agent may take in this request, e.g. ``{"sim-strong": 0}``.
 
 A call the controller sends to an agent it may not use goes to the next-best
-allowed agent by the evaluation's rule (`evaluation.CapLedger.assign`): the
+allowed agent by the evaluation's rule (`evaluation.CapLedger.assign`, through
+the evaluation's `LimitedRouter`): the
 strongest allowed agent weaker than the one chosen and, on a re-route, still
 stronger than the draft's author; with none, the episode ends with the draft it
 has (at turn 1, the weakest allowed agent answers). The controller's prompt
@@ -17,14 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from masrl.rollout.tree import Step, Transition
+from masrl.systems.action import Action, ActionKind
 from masrl.systems.api import ServeOptions
-from masrl.systems.router.evaluation import CapLedger
-from masrl.systems.router.system import RouterState, RouterSystem
-from masrl.types import Episode, Reply
+from masrl.systems.router.evaluation import CapLedger, LimitedRouter
+from masrl.systems.router.system import RouterSystem
+from masrl.types import Episode
 
 
 @dataclass
@@ -36,30 +37,6 @@ class RequestLedger(CapLedger):
 
     def allowed(self, agent: str) -> bool:
         return agent in self.pool and self.calls.get(agent, 0) < self.caps.get(agent, math.inf)
-
-
-@dataclass
-class LimitedRouter:
-    """The trained router for one request: its routing passes through the request's ledger."""
-
-    inner: RouterSystem
-    ledger: RequestLedger
-
-    def start(self, task):
-        return self.inner.start(task)
-
-    def next_step(self, state: RouterState) -> Step:
-        return self.inner.next_step(state)
-
-    def advance(self, state: RouterState, step: Step, reply: Reply) -> Transition:
-        tr = self.inner.advance(state, step, reply)
-        if state.pending is not None or tr.done:
-            return tr
-        agent = self.ledger.assign(tr.state.pending, state.author)
-        if agent is None:  # nobody allowed is stronger than the author: keep the draft
-            final = {"correct": float(bool(state.draft_correct)), "turns": float(state.turn)}
-            return replace(tr, state=replace(tr.state, pending=None), rewards={**tr.rewards, **final}, done=True)
-        return replace(tr, state=replace(tr.state, pending=agent))
 
 
 def limits(system: RouterSystem, fields: Mapping[str, Any]) -> tuple[frozenset[str], dict[str, int]]:
@@ -96,9 +73,10 @@ def answer(episode: Episode) -> str:
 def audit(episode: Episode) -> dict[str, Any]:
     """Who drafted, in order, and the controller's verdict at each turn after the first."""
     path = _path(episode)
-    verdicts = [getattr(c.action, "verdict", None) if getattr(c.action, "kind", "") != "format_error"
-                else "format_error" for c in path if c.role == "controller" and c.turn > 1]  # fmt: skip
-    routed = [getattr(c.action, "agent", None) for c in path if c.role == "controller"]
+    actions = [(c.turn, c.action if isinstance(c.action, Action) else None) for c in path if c.role == "controller"]
+    verdicts = [None if a is None else "format_error" if a.kind == ActionKind.FORMAT_ERROR else a.verdict
+                for turn, a in actions if turn > 1]  # fmt: skip
+    routed = [a.agent for _, a in actions if a is not None]
     return {"drafts_by": [c.agent for c in path if c.role == "agent"], "verdicts": verdicts,
             "routed_to": [a for a in routed if a is not None]}  # fmt: skip
 

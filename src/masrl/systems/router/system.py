@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from masrl.rollout.tree import Step, Transition
+from masrl.systems.action import Action, ActionKind, LabelStyle
 from masrl.systems.api import Built, match_agent
 from masrl.systems.router.rewards import (
     REWARDS,
@@ -92,17 +93,56 @@ ESCALATION = (
 )
 
 
-# ---------------------------------------------------------------- the action
+# ---------------------------------------------------------------- label styles
 @dataclass(frozen=True)
-class Action:
-    """One parsed controller output. kind: "route", "stop" (verdict, no route) or "format_error"."""
+class NamedOptions:
+    """`system.labels: names`: the controller writes an agent's name; the options are tags in the system
+    prompt, the user turn holds the problem (and the draft under review)."""
 
-    kind: str
-    verdict: bool | None = None
-    agent: str | None = None
-    reason: str = ""
+    route_user: str = ROUTE_USER
+    verify_user: str = VERIFY_USER
+    stop: tuple[str, ...] = ("</model>",)  # a True verdict ends at EOS
+
+    def labels(self, agents: Sequence[str]) -> tuple[str, ...] | None:
+        return None  # the parser matches names
+
+    def route(self, agents: Sequence[str], question: str) -> tuple[str, str]:
+        tags = ", ".join(f"<model>{a}</model>" for a in agents)
+        return ROUTE_PROMPT.format(tags=tags), self.route_user.format(question=question)
+
+    def verify(self, agents: Sequence[str], question: str, author: str, draft: str, last: bool) -> tuple[str, str]:
+        stronger = agents[list(agents).index(author) + 1 :] if author in agents else ()
+        tags = ", ".join(f"<model>{a}</model>" for a in stronger)
+        system = (LAST_VERIFY_PROMPT if last else VERIFY_PROMPT).format(author=author, tags=tags)
+        return system, self.verify_user.format(question=question, author=author, draft=draft)
 
 
+@dataclass(frozen=True)
+class NumberedOptions:
+    """`system.labels: numbers`: the controller writes 1..K, weak to strong; the options close the user turn."""
+
+    route_user: str = ROUTE_USER_NUMBERED
+    verify_user: str = VERIFY_USER_NUMBERED
+    # A verdict ends at its closing tag too: the decision is made, and a False hands the problem to the
+    # next stronger agent without naming it.
+    stop: tuple[str, ...] = ("</model>", "</verdict>")
+
+    def labels(self, agents: Sequence[str]) -> tuple[str, ...] | None:
+        return tuple(str(i + 1) for i in range(len(agents)))
+
+    def route(self, agents: Sequence[str], question: str) -> tuple[str, str]:
+        options = ", ".join(f"<model>{label}</model> {a}" for label, a in zip(self.labels(agents), agents))
+        return ROUTE_SYSTEM_NUMBERED, self.route_user.format(question=question, options=options)
+
+    def verify(self, agents: Sequence[str], question: str, author: str, draft: str, last: bool) -> tuple[str, str]:
+        system = VERIFY_SYSTEM_NUMBERED + ("" if last else REDO_NUMBERED)
+        return system, self.verify_user.format(question=question, author=author, draft=draft)
+
+
+OPTIONS = {LabelStyle.NAMES: NamedOptions(), LabelStyle.NUMBERS: NumberedOptions()}
+
+
+# ---------------------------------------------------------------- the action
 _MODEL = re.compile(r"<model>\s*(.*?)\s*</model>", re.IGNORECASE | re.DOTALL)
 _VERDICT = re.compile(r"<verdict>\s*(true|false)\s*</verdict>", re.IGNORECASE)
 # Numbered options: the decision is the word right after the opening tag (the prefill); what follows it,
@@ -129,25 +169,26 @@ def parse_action(
     if turn == 1:
         found = model.findall(text)
         if not found:
-            return Action("format_error", reason="no <model> tag")
+            return Action(ActionKind.FORMAT_ERROR, reason="no <model> tag")
         agent = _agent_named(found[0], agents, labels)
         if agent is None:
-            return Action("format_error", reason=f"unknown agent {found[0][:40]!r}")
-        return Action("route", agent=agent)
+            return Action(ActionKind.FORMAT_ERROR, reason=f"unknown agent {found[0][:40]!r}")
+        return Action(ActionKind.ROUTE, agent=agent)
     verdicts = verdict_tag.findall(text)
     if not verdicts:
-        return Action("format_error", reason="no <verdict>True/False</verdict>")
+        return Action(ActionKind.FORMAT_ERROR, reason="no <verdict>True/False</verdict>")
     verdict = verdicts[0].lower() == "true"
     stronger = list(agents)[list(agents).index(author) + 1 :] if author in agents else []
     if verdict or turn >= max_turns or not stronger:
-        return Action("stop", verdict=verdict)
+        return Action(ActionKind.STOP, verdict=verdict)
     found = model.findall(text)
     if not found:  # our protocol: a bare False hands the problem to the next stronger agent
-        return Action("route", verdict=verdict, agent=stronger[0])
+        return Action(ActionKind.ROUTE, verdict=verdict, agent=stronger[0])
     agent = _agent_named(found[0], agents, labels)
     if agent not in stronger:
-        return Action("format_error", verdict=verdict, reason=f"{found[0][:40]!r} is not stronger than {author}")
-    return Action("route", verdict=verdict, agent=agent)
+        reason = f"{found[0][:40]!r} is not stronger than {author}"
+        return Action(ActionKind.FORMAT_ERROR, verdict=verdict, reason=reason)
+    return Action(ActionKind.ROUTE, verdict=verdict, agent=agent)
 
 
 def _agent_named(written: str, agents: Sequence[str], labels: Sequence[str] | None) -> str | None:
@@ -180,18 +221,24 @@ class RouterSystem:
     prefill: bool = True  # start the controller's reply inside its tag
     agent_prompt: str = AGENT_PROMPT
     policy: str = CONTROLLER
-    labels: str = "names"  # "names": <model>NAME</model>; "numbers": <model>1..K</model>, weak to strong
+    labels: LabelStyle = LabelStyle.NAMES  # what the controller writes for an agent (OPTIONS)
     reward: str = "paper"  # a key of rewards.REWARDS
     # False: a draft written just before turn T ends the episode instead of getting turn T's verdict,
     # which could not re-route it (the answer is the last draft either way).
     final_verification: bool = True
 
+    def __post_init__(self):
+        object.__setattr__(self, "labels", LabelStyle(self.labels))
+
+    @property
+    def options(self) -> NamedOptions | NumberedOptions:
+        """How the controller names the agents: its prompts, labels and stop strings."""
+        return OPTIONS[self.labels]
+
     def label(self, agent: str) -> str:
         """What the controller writes for `agent`."""
-        return str(self.agents.index(agent) + 1) if self.labels == "numbers" else agent
-
-    def _labels(self) -> tuple[str, ...] | None:
-        return tuple(self.label(a) for a in self.agents) if self.labels == "numbers" else None
+        labels = self.options.labels(self.agents)
+        return agent if labels is None else labels[self.agents.index(agent)]
 
     def start(self, task: TaskItem) -> RouterState:
         return RouterState(task)
@@ -204,25 +251,11 @@ class RouterSystem:
 
     def controller_messages(self, state: RouterState) -> tuple[Message, ...]:
         q = state.task.question.strip()
-        if state.turn == 1 and self.labels == "numbers":
-            options = ", ".join(f"<model>{self.label(a)}</model> {a}" for a in self.agents)
-            system, user, tag = ROUTE_SYSTEM_NUMBERED, ROUTE_USER_NUMBERED.format(question=q, options=options), "<model>"
-        elif state.turn == 1:
-            tags = ", ".join(f"<model>{a}</model>" for a in self.agents)
-            system, user, tag = ROUTE_PROMPT.format(tags=tags), ROUTE_USER.format(question=q), "<model>"
-        elif self.labels == "numbers":
-            last = state.turn >= self.max_turns or state.author == self.agents[-1]
-            system = VERIFY_SYSTEM_NUMBERED + ("" if last else REDO_NUMBERED)
-            user = VERIFY_USER_NUMBERED.format(question=q, author=state.author, draft=state.draft)
-            tag = "<verdict>"
+        if state.turn == 1:
+            (system, user), tag = self.options.route(self.agents, q), "<model>"
         else:
-            last = state.turn >= self.max_turns or state.author == self.agents[-1]
-            template = LAST_VERIFY_PROMPT if last else VERIFY_PROMPT
-            stronger = self.agents[self.agents.index(state.author) + 1 :] if state.author in self.agents else ()
-            tags = ", ".join(f"<model>{a}</model>" for a in stronger)
-            system = template.format(author=state.author, tags=tags)
-            user = VERIFY_USER.format(question=q, author=state.author, draft=state.draft)
-            tag = "<verdict>"
+            last = state.turn >= self.max_turns or state.author == self.agents[-1]  # no stronger agent to name
+            (system, user), tag = self.options.verify(self.agents, q, state.author, state.draft, last), "<verdict>"
         messages = (Message("system", system), Message("user", user))
         return messages + ((Message("assistant", tag),) if self.prefill else ())
 
@@ -236,19 +269,24 @@ class RouterSystem:
         if state.pending is not None:
             return self._agent_answered(state, reply)
         text = self._full_text(reply.text, state.turn)
-        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author, self._labels())
+        action = parse_action(text, state.turn, self.max_turns, self.agents, state.author,
+                              self.options.labels(self.agents))
         terms = REWARDS[self.reward].controller(action, state.turn, state.draft_correct, self.multipliers.xi,
                                                 self.weights)
         reward = terms.pop("reward")
-        if action.kind != "route":
+        if action.kind != ActionKind.ROUTE:
             final = {"correct": float(bool(state.draft_correct)), "turns": float(state.turn)}
             return Transition(state, action, {**terms, **final}, reward, done=True)
         nxt = replace(state, pending=action.agent, critique=_critique(text))
         return Transition(nxt, action, terms, reward, done=False)
 
+    def draft_correct(self, item: TaskItem, answer: str | None) -> bool:
+        """Whether a routed agent's answer (its draft's, the action of its call) is right for `item`."""
+        return answer is not None and self.task_family.score(item, answer) > 0
+
     def _agent_answered(self, state: RouterState, reply: Reply) -> Transition:
         answer = self.task_family.extract_answer(reply.text)
-        correct = answer is not None and self.task_family.score(state.task, answer) > 0
+        correct = self.draft_correct(state.task, answer)
         # T = 1 (the single-turn router) routes once and never verifies; without final verification a draft
         # that could only be verified is final too
         last = state.turn >= self.max_turns or (not self.final_verification and state.turn + 1 >= self.max_turns)
@@ -335,7 +373,7 @@ def tree_accuracy(episodes: Sequence[Episode]) -> float:
 def build_router(config, task: Task) -> Built:
     """The controller over the configured pool (weak to strong), caps and multipliers.
 
-    The controller's reply ends with its routing tag; a True verdict ends at EOS."""
+    The controller's reply ends with its routing tag (and with numbered options, its verdict's)."""
     from masrl.config import ConfigError
     from masrl.pools.build import build_pool
 
@@ -355,8 +393,5 @@ def build_router(config, task: Task) -> Built:
     weights = RewardWeights(r.routing_weight, r.verification_weight)
     system = RouterSystem(task, names, multipliers, r.max_turns, weights, r.prefill, labels=r.labels, reward=r.reward,
                           final_verification=r.final_verification)
-    # Numbered options end a verdict at its closing tag too: the decision is made, and a False hands the
-    # problem to the next stronger agent without naming it.
-    stop = ("</model>", "</verdict>") if r.labels == "numbers" else ("</model>",)
-    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=stop)
+    return Built(system, {CONTROLLER: CONTROLLER}, frozen=pool, stop=system.options.stop)
 

@@ -12,7 +12,7 @@ the task (multi-hop questions over a corpus) is masrl.tasks.search.
 
 from __future__ import annotations
 
-from masrl.systems.api import GENERAL_RULES, Legacy, SystemSpec, lazy
+from masrl.systems.api import GENERAL_RULES, Legacy, Page, SystemSpec, lazy
 from masrl.systems.search.config import SearchConfig
 from masrl.systems.search.system import build_search
 
@@ -23,13 +23,15 @@ SYSTEM = SystemSpec(
     summary="Rewriter, Reranker and Answerer around a retriever, one shared policy (MHGPO)",
     rules=(*GENERAL_RULES, "independent", "round_robin"),  # IS and RR fork at the pipeline's agents
     own_tasks=True,
-    views=lazy("masrl.systems.search.views:search_views"),
-    curves=(  # the paper's figure 8: each agent's output pattern over training
-        ("eval/f1", "held-out F1 (greedy)"),
-        ("calls_per_question", "agent calls per question (training trees)"),
-        ("rewriter/subqueries", "rewriter: sub-queries written (MHGPO fig. 8)"),
-        ("reranker/selected", "reranker: documents selected (MHGPO fig. 8)"),
-        ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
+    page=Page(
+        curves=(  # the paper's figure 8: each agent's output pattern over training
+            ("eval/f1", "held-out F1 (greedy)"),
+            ("calls_per_question", "agent calls per question (training trees)"),
+            ("rewriter/subqueries", "rewriter: sub-queries written (MHGPO fig. 8)"),
+            ("reranker/selected", "reranker: documents selected (MHGPO fig. 8)"),
+            ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
+        ),
+        views=lazy("masrl.systems.search.views:search_views"),
     ),
     legacy=Legacy(
         sections={"search": ""},
