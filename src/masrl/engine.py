@@ -220,7 +220,9 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
     )  # fmt: skip
 
 
-def load_bases(config: Config, policies: Sequence[str], model: Any = None) -> tuple[dict[str, PolicyModel], dict[str, str]]:
+def load_bases(
+    config: Config, policies: Sequence[str], model: Any = None
+) -> tuple[dict[str, PolicyModel], dict[str, str]]:
     """Each adapter's base model (loaded once per name, `model` for model.name when given) and that base's name."""
     m = config.model
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
