@@ -17,8 +17,9 @@ from masrl.config import ConfigError, load_config
 from masrl.engine import base_plan, build_engine
 from masrl.learners import CRITIC
 from masrl.models import _smollm2_cached, load_model
+from masrl.resume import checkpoint, restore
 from masrl.rollout.tree import rollout
-from masrl.train import _checkpoint, _restore, score
+from masrl.scoring import score
 from masrl.types import Sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -166,7 +167,7 @@ def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_p
         call = next(c for c in calls if c.agent == policy)
         for _ in range(2):
             engine.learners[policy].update([Sample(policy, call.reply.prompt_ids, call.reply.response_ids, 1.0)])
-    _checkpoint(engine, tmp_path, 1)
+    checkpoint(engine, tmp_path, 1)
     ckpt = latest_checkpoint(tmp_path)
     assert {p.name for p in (ckpt / "policy").iterdir()} == {"tool.safetensors", "reasoner.safetensors"}
     assert {p.name for p in (ckpt / "optimizer").iterdir()} == {"tool.pt", "reasoner.pt"}
@@ -175,7 +176,7 @@ def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_p
     for policy in ("tool", "reasoner"):
         saved, other = engine.models[policy].state_dict(policy), fresh.models[policy].state_dict(policy)
         assert any(not torch.equal(saved[k], other[k]) for k in saved)  # a new engine draws new adapters
-    _restore(fresh, ckpt)
+    restore(fresh, ckpt)
     for policy in ("tool", "reasoner"):
         saved, loaded = engine.models[policy].state_dict(policy), fresh.models[policy].state_dict(policy)
         assert saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)

@@ -177,10 +177,15 @@ def test_no_sandbox_isolation_is_one_message_exit_2(tmp_path, monkeypatch, capsy
 
 
 def test_limits_only_is_a_config_switch(monkeypatch):
+    """`sandbox.limits_only: true` holds while the engine built from that config lives, and no longer."""
     import masrl.sandbox
     from masrl.config import load_config
     from masrl.engine import build_engine
 
     monkeypatch.setattr(masrl.sandbox, "LIMITS_ONLY", False)
-    build_engine(load_config("single-arithmetic", [*tiny_run(), "sandbox.limits_only=true"]))
-    assert masrl.sandbox.LIMITS_ONLY is True
+    engine = build_engine(load_config("single-arithmetic", [*tiny_run(), "sandbox.limits_only=true"]))
+    assert masrl.sandbox.limits_only_allowed() and masrl.sandbox.LIMITS_ONLY is False  # the module's setting untouched
+    engine.close()
+    assert not masrl.sandbox.limits_only_allowed()
+    build_engine(load_config("single-arithmetic", tiny_run())).close()
+    assert not masrl.sandbox.limits_only_allowed()

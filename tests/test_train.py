@@ -15,8 +15,11 @@ from safetensors.torch import load_file
 
 import masrl.train
 from masrl.config import ConfigError, load_config
+from masrl.runlog import RunLogger
+from masrl.scoring import score
 from masrl.tasks import build_task
-from masrl.train import RunLogger, TrainingError, load_engine, score, train
+from masrl.train import TrainingError, train
+from masrl.trained import load_engine
 from masrl.types import AgentError, Call, Episode, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -281,13 +284,13 @@ def test_checkpoint_time_counts_towards_max_minutes(tiny_config, run_dir, monkey
 
     clock = [0.0]
     monkeypatch.setattr(masrl.train, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    real = masrl.train._checkpoint
+    real = masrl.train.checkpoint
 
     def minute_long_checkpoint(*args, **kwargs):
         clock[0] += 60.0
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(masrl.train, "_checkpoint", minute_long_checkpoint)
+    monkeypatch.setattr(masrl.train, "checkpoint", minute_long_checkpoint)
     train(tiny_config("trainer.steps=8", "trainer.checkpoint_every=1", "eval.before=false", "trainer.max_minutes=2.5"))
     assert [x["step"] for x in read_jsonl(run_dir / "metrics.jsonl") if x["kind"] == "train"] == [1, 2, 3, 4]
 

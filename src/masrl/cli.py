@@ -179,7 +179,7 @@ def seed_configs(config, n: int) -> list:
 
 def _eval(args) -> int:
     from masrl.evaluate import eval_record, evaluate_system
-    from masrl.train import TrainingError, load_trained
+    from masrl.trained import TrainingError, load_trained
 
     target, overrides = _split_config(args.target, args.overrides)
     try:
@@ -279,7 +279,7 @@ def _report(args) -> int:
 def _serve(args) -> int:
     from masrl.http import ServerSettings, create_app, run
     from masrl.serve import backend_for
-    from masrl.train import TrainingError, load_trained
+    from masrl.trained import TrainingError, load_trained
 
     if args.max_concurrency < 1 or args.max_body_bytes < 1:
         raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")

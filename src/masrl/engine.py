@@ -17,11 +17,16 @@ A policy's KL reference is its own base with the adapters disabled.
 
 `trainer.device` and `trainer.precision` place every base (masrl.device):
 bf16 weights and autocast on CUDA by default, float32 on CPU.
+
+The engine keeps the built system's spec (`engine.spec`) and the optional methods the system
+has (`engine.hooks`, checked once here against masrl.rollout.tree's Protocols). A config's
+`sandbox.limits_only` holds while its engine lives (until `Engine.close`), not for the process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +41,10 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemHooks
+from masrl.sandbox import limits_only_chosen
 from masrl.systems import resolve_system
+from masrl.systems.api import Built, SystemSpec
 from masrl.tasks import build_task
 from masrl.tasks.base import Task
 from masrl.update import UpdateSettings
@@ -54,16 +61,23 @@ class Engine:
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it
     frozen: Mapping[str, Agent]  # agents that are not trained (a pool, weak to strong; experts; tools)
+    spec: SystemSpec  # the system's spec, as `system.kind` resolved when the engine was built
+    hooks: SystemHooks  # the optional methods `system` has, found when it was built
     critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
     # Remote generation (rollout.workers Ray actors or rollout.engine openai servers): each engine
     # with the base whose adapters it must receive after every update (`publish`).
     remotes: list[tuple[Any, PolicyModel]] = field(default_factory=list)
     env: EnvSteps | None = None  # environment steps on threads (rollout.env_threads), None: on the event loop
+    scope: ExitStack = field(default_factory=ExitStack)  # what holds while the engine lives (sandbox.limits_only)
 
     def publish(self, version: int) -> None:
         """Send the current adapters, as `version`, to every remote engine (before it generates again)."""
         for remote, base in self.remotes:
             remote.publish(version, {p: base.state_dict(p) for p in base.policies})
+
+    def remote_failures(self) -> int:
+        """Generation requests the remote engines have failed so far (each retried or failed)."""
+        return sum(remote.failures for remote, _ in self.remotes)
 
     def remote_rng_states(self) -> list | None:
         """The rollout workers' sampling generators (one list per remote engine), None without workers."""
@@ -80,6 +94,7 @@ class Engine:
             remote.close()
         if self.env is not None:
             self.env.close()
+        self.scope.close()
 
     @property
     def bases(self) -> list[PolicyModel]:
@@ -151,24 +166,67 @@ def engine_placement(config: Config) -> Placement:
 
 
 def build_engine(config: Config, model: Any = None) -> Engine:
+    """The engine `config` names; `model`, a loaded model object, stands in for `model.name`'s."""
     if config.trainer.threads:
         torch.set_num_threads(config.trainer.threads)
     if config.trainer.low_memory:
         keep_heap_small()
     torch.manual_seed(config.run.seed)
-    if config.sandbox.limits_only:  # chosen by the user: masrl.sandbox warns on every call
-        import masrl.sandbox
+    scope = ExitStack()  # what holds while the engine lives (until Engine.close)
+    # sandbox.limits_only, chosen by the user for this run: masrl.sandbox warns on every call
+    scope.enter_context(limits_only_chosen(config.sandbox.limits_only))
+    try:
+        return _assemble(config, model, scope)
+    except BaseException:
+        scope.close()
+        raise
 
-        masrl.sandbox.LIMITS_ONLY = True
+
+def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
     task = build_task(config.task)
-    built = resolve_system(config.system.kind).build(config, task)
-    policies = built.policy_names
+    spec = resolve_system(config.system.kind)
+    built = spec.build(config, task)
     gae = config.algo.advantage == "gae"
-    if gae and CRITIC in policies:
+    if gae and CRITIC in built.policies.values():
         raise ConfigError(f"policy name {CRITIC!r} is taken by the value model of algo.advantage=gae")
+    models, names = load_bases(config, built.policy_names, model)
+    if gae:
+        check_one_tokenizer(models, CRITIC)
+    learners, critic = build_learners(config, models, built)
+    rule = build_rule(config)
+    # Generation services last: remote workers start from the trainer's sampling generator as it is
+    # now, after every initialisation above has drawn from it (masrl.rollout.ray_workers).
+    env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
+    services, remotes = build_services(config, models, names, model is not None, env)
+    r = config.rollout
+    train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
+    eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, built.stop)
+
+    def trainable(params: SamplingParams) -> dict[str, Agent]:
+        return {name: PolicyAgent(name, p, services[p], models[p], params) for name, p in built.policies.items()}
+
+    return Engine(
+        config, models, task, built.system, rule,
+        agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
+        eval_agents={**built.frozen, **trainable(eval_params), **{n: h.eval_agent for n, h in built.heads.items()}},
+        learners=learners,
+        frozen=built.frozen,
+        spec=spec,
+        hooks=SystemHooks.of(built.system),
+        critic=critic,
+        remotes=remotes,
+        env=env,
+        scope=scope,
+    )  # fmt: skip
+
+
+def load_bases(
+    config: Config, policies: Sequence[str], model: Any = None
+) -> tuple[dict[str, PolicyModel], dict[str, str]]:
+    """Each adapter's base model (loaded once per name, `model` for model.name when given) and that base's name."""
     m = config.model
     lora = LoraSpec(rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout) if m.lora_rank > 0 else None
-    plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if gae else [])
+    plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if config.algo.advantage == "gae" else [])
     models: dict[str, PolicyModel] = {}  # adapter -> its base
     names: dict[str, str] = {}  # adapter -> its base's model name
     place = engine_placement(config)
@@ -181,49 +239,38 @@ def build_engine(config: Config, model: Any = None) -> Engine:
                            engine="lean" if config.rollout.engine == "lean" else "hf")  # fmt: skip
         models.update(dict.fromkeys(adapters, base))
         names.update(dict.fromkeys(adapters, name))
-    if gae:
-        check_one_tokenizer(models, CRITIC)
-    r = config.rollout
-    train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
-    eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, built.stop)
+    return models, names
 
-    def trainable(params: SamplingParams) -> dict[str, Agent]:
-        return {name: PolicyAgent(name, p, services[p], models[p], params) for name, p in built.policies.items()}
 
+def build_learners(
+    config: Config, models: Mapping[str, PolicyModel], built: Built
+) -> tuple[dict[str, Learner], ValueLearner | None]:
+    """A `PolicyLearner` per LoRA policy, each head's own learner, and with gae the value model's."""
     settings = update_settings(config)
     t = config.trainer
     learners: dict[str, Learner] = {
-        p: PolicyLearner(models[p], p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in policies
+        p: PolicyLearner(models[p], p, settings, lr=t.lr, weight_decay=t.weight_decay) for p in built.policy_names
     }
     learners.update({name: head.learner for name, head in built.heads.items()})
-    critic = None
-    if gae:
-        c = config.critic
-        critic = ValueLearner(
-            models[CRITIC], CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
-            max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
-        )  # fmt: skip
-        learners[CRITIC] = critic
+    if config.algo.advantage != "gae":
+        return learners, None
+    c = config.critic
+    critic = ValueLearner(
+        models[CRITIC], CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
+        max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
+    )  # fmt: skip
+    learners[CRITIC] = critic
+    return learners, critic
+
+
+def build_rule(config: Config) -> BranchRule | Planner:
+    """The sampler (`sampler.rule`) with its options."""
     s = config.sampler
     options = {
         "round_robin": {"probs": tuple(s.fork_probs), "seed": config.run.seed},
         "independent": {"agents": len(s.fork_probs)},
     }
-    rule = BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
-    # Generation services last: remote workers start from the trainer's sampling generator as it is
-    # now, after every initialisation above has drawn from it (masrl.rollout.ray_workers).
-    env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
-    services, remotes = build_services(config, models, names, model is not None, env)
-    return Engine(
-        config, models, task, built.system, rule,
-        agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
-        eval_agents={**built.frozen, **trainable(eval_params), **{n: h.eval_agent for n, h in built.heads.items()}},
-        learners=learners,
-        frozen=built.frozen,
-        critic=critic,
-        remotes=remotes,
-        env=env,
-    )  # fmt: skip
+    return BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
 
 
 def build_services(

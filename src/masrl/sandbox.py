@@ -159,6 +159,7 @@ files under /etc, /usr and /var).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -171,9 +172,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -243,8 +245,29 @@ class SandboxWarning(UserWarning):
 
 
 # Run agent code with rlimits and the audit hook only where no isolation is available.
-# Off unless chosen: masrl.config's `sandbox.limits_only` sets it, as does this variable.
+# Off unless chosen: this variable chooses it for the whole process; a config's `sandbox.limits_only`
+# for as long as the engine built from it lives (`limits_only_chosen`).
 LIMITS_ONLY = os.environ.get("MASRL_SANDBOX_LIMITS_ONLY", "") not in ("", "0", "false")
+_chosen = 0  # open `limits_only_chosen(True)` scopes; one count for every thread (env steps, rollouts ahead)
+_chosen_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def limits_only_chosen(chosen: bool = True) -> Iterator[None]:
+    """Within this scope, `run_code` runs with limits only where no isolation is available (when `chosen`)."""
+    global _chosen
+    with _chosen_lock:
+        _chosen += chosen
+    try:
+        yield
+    finally:
+        with _chosen_lock:
+            _chosen -= chosen
+
+
+def limits_only_allowed() -> bool:
+    """Whether agent code may run with limits only now: MASRL_SANDBOX_LIMITS_ONLY=1 or an open scope."""
+    return LIMITS_ONLY or _chosen > 0
 
 
 # ---------------------------------------------------------------------------
@@ -584,8 +607,8 @@ def run_code(
     leaves only the OS boundaries (the tests use it to check them alone).
     Raises `SandboxError` when the sandbox itself cannot be set up, and when this
     machine gives no isolation (no root, no user namespaces) unless `limits_only`
-    (default: `LIMITS_ONLY`, set by the config's `sandbox.limits_only` or the environment
-    variable MASRL_SANDBOX_LIMITS_ONLY=1) says to run anyway, with a warning every call.
+    (default: `limits_only_allowed()`: the config's `sandbox.limits_only` while its engine lives, or the
+    environment variable MASRL_SANDBOX_LIMITS_ONLY=1) says to run anyway, with a warning every call.
     """
     iso = isolation(python)
     if os.geteuid() == 0 and not iso.drop_privileges:
@@ -593,7 +616,7 @@ def run_code(
             "running as root without a way to drop privileges; refusing untrusted code"
         )
     if not iso.namespaces:
-        if not (LIMITS_ONLY if limits_only is None else limits_only):
+        if not (limits_only_allowed() if limits_only is None else limits_only):
             raise SandboxError(
                 "no isolation for untrusted code here: not root and unprivileged user namespaces are "
                 "unavailable (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces); set "

@@ -69,6 +69,10 @@ class AgentError(RuntimeError):
     """
 
 
+class TrainingError(RuntimeError):
+    """The run cannot go on (e.g. every episode of a step failed, or no checkpoint reads back)."""
+
+
 @dataclass(frozen=True)
 class TaskItem:
     """One problem instance. The task family that made it owns its verification."""

@@ -8,8 +8,8 @@ import torch
 from masrl.algos.gae import gae, token_gae, trajectories, whiten
 from masrl.config import load_config
 from masrl.learners import CRITIC
-from masrl.train import TrainingError, score
-from masrl.types import Call, Episode, Reply, TaskItem
+from masrl.scoring import score
+from masrl.types import Call, Episode, Reply, TaskItem, TrainingError
 
 
 def test_gae_matches_hand_computed_values():
@@ -153,7 +153,8 @@ def test_ppo_run_trains_policy_and_critic_and_resumes_exactly(tmp_path, tiny_con
 
     from safetensors.torch import load_file
 
-    from masrl.train import RunLogger, train
+    from masrl.runlog import RunLogger
+    from masrl.train import train
 
     ppo = ("algo.advantage=gae", "algo.kl_coef=0.001", "algo.epochs=2", "critic.lr=1e-2", "trainer.steps=3",
            "trainer.checkpoint_every=2", "eval.before=false", "trainer.keep_checkpoints=3")  # fmt: skip

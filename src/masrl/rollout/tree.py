@@ -22,8 +22,12 @@ question from p (Algorithm 5, seeded by the task id so a resumed run draws
 the same).
 
 A system that cannot be stepped from here (an agent program in its own process,
-masrl/systems/program) provides `async expand(agents, task, rule)` itself and is
+masrl/systems/program) provides `async expand(agents, task, rule)` itself (`Expands`) and is
 handed the same branching rule.
+
+The other optional methods a system may have (docs/api.md) are Protocols too: `Observes`,
+`Stateful`, `EvalMetrics`, `ItemMetrics`. `SystemHooks.of(system)` checks them once, when the
+engine builds the system, and the loop and the evaluation call what it found.
 
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
@@ -55,11 +59,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from masrl.agents.base import Agent
 from masrl.types import Call, Episode, Message, Reply, TaskItem
@@ -93,12 +97,72 @@ class System(Protocol):
     def advance(self, state: Any, step: Step, reply: Reply) -> Transition: ...
 
 
+# ---------------------------------------------------------------- optional system methods
+@runtime_checkable
+class Observes(Protocol):
+    """Metrics of its own from each training step's episodes, after sampling (the router's usage and
+    dual ascent). Every rank calls it on the same broadcast episodes: it must depend on them alone."""
+
+    def observe(self, episodes: Sequence[Episode]) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """State that must survive a checkpoint (the router's Lagrange multipliers)."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+@runtime_checkable
+class EvalMetrics(Protocol):
+    """Numbers of its own in the default evaluation (the search system's F1)."""
+
+    def eval_metrics(self, episodes: Sequence[Episode]) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class ItemMetrics(Protocol):
+    """The same numbers per item, saved with the evaluation so they get intervals."""
+
+    def eval_item_metrics(self, episode: Episode) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class Expands(Protocol):
+    """A system that cannot be stepped from outside grows its own tree under the sampler's rule."""
+
+    def expand(self, agents: Mapping[str, Agent], task: TaskItem, rule: Any) -> Awaitable[Episode]: ...
+
+
+@dataclass(frozen=True)
+class SystemHooks:
+    """The optional methods a built system has, found once (`of`) when the engine builds it; None: absent."""
+
+    observe: Callable[[Sequence[Episode]], Mapping[str, float]] | None = None
+    state: Stateful | None = None
+    eval_metrics: Callable[[Sequence[Episode]], Mapping[str, float]] | None = None
+    eval_item_metrics: Callable[[Episode], Mapping[str, float]] | None = None
+
+    @classmethod
+    def of(cls, system: object) -> SystemHooks:
+        return cls(
+            observe=system.observe if isinstance(system, Observes) else None,
+            state=system if isinstance(system, Stateful) else None,
+            eval_metrics=system.eval_metrics if isinstance(system, EvalMetrics) else None,
+            eval_item_metrics=system.eval_item_metrics if isinstance(system, ItemMetrics) else None,
+        )
+
+
+# ---------------------------------------------------------------- samplers
 class BranchRule(Protocol):
     def width(self, depth: int, step: Step) -> int: ...
 
     def keep(self, depth: int, step: Step, children: Sequence[Call]) -> Sequence[int]: ...
 
 
+@runtime_checkable
 class Planner(Protocol):
     """A sampler that picks, per task, the branch rules whose trees make its episode."""
 
@@ -252,9 +316,8 @@ async def expand(
     system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner,
     key: str | None = None, slot: int = 0, env: EnvSteps | None = None,
 ) -> Episode:  # fmt: skip
-    own = getattr(system, "expand", None)
-    if own is not None:  # a system that is not a state machine grows its own tree (an agent program: replay)
-        return await own(agents, task, rule)
+    if isinstance(system, Expands):  # a system that is not a state machine grows its own tree (an agent program)
+        return await system.expand(agents, task, rule)
     calls: list[Call] = []  # appended parents first
 
     def address(parent: str | None, i: int, first: int) -> str | None:
@@ -280,7 +343,7 @@ async def expand(
 
 def _roots(system: System, start: Any, task: TaskItem, rule: BranchRule | Planner) -> list[tuple[BranchRule, int]]:
     """The branch rules whose trees make the task's episode, each with its first root id."""
-    plans = rule.plans(task) if hasattr(rule, "plans") else [rule]  # a Planner, or one BranchRule
+    plans = rule.plans(task) if isinstance(rule, Planner) else [rule]  # a Planner, or one BranchRule
     firsts = [0]  # the first root id of each plan's tree
     for plan in plans[:-1]:
         firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))

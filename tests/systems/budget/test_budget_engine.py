@@ -14,7 +14,7 @@ from masrl.config import load_config
 from masrl.engine import build_engine
 from masrl.learners import CRITIC
 from masrl.rollout.tree import Parallel, rollout
-from masrl.train import score
+from masrl.scoring import score
 from masrl.types import Sample
 from masrl.update import micro_batches
 from smoke import tiny_run
@@ -265,7 +265,8 @@ def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     between samples, so the updates are real."""
     from safetensors.torch import load_file
 
-    from masrl.train import RunLogger, train
+    from masrl.runlog import RunLogger
+    from masrl.train import train
 
     def config(run):
         extra = ["trainer.steps=3", "system.reward=soft", "sampler.group_size=2", "eval.before=false",

@@ -26,7 +26,7 @@ from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.runner import parse_last_line
 from masrl.systems.program.system import ProgramSystem, checked, fault_metrics
 from masrl.tasks import build_task
-from masrl.train import score
+from masrl.scoring import score
 from masrl.types import TaskItem
 from smoke import tiny_run
 

@@ -30,7 +30,7 @@ from masrl.systems.puppeteer.topology import count_cycles, episode_graph, fold, 
 from masrl.systems.puppeteer.vote import majority_vote
 from masrl.rollout.tree import Parallel, expand, rollout
 from masrl.systems.puppeteer.system import PuppeteerSystem, parse_choice, voted_answer
-from masrl.train import score
+from masrl.scoring import score
 from masrl.types import Message, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -31,7 +31,7 @@ from masrl.systems.router.rewards import (
 )
 from masrl.systems.router.system import RouterSystem, parse_action, path_weights, tree_usage
 from masrl.tasks.math import MathTask
-from masrl.train import sample_weight
+from masrl.scoring import sample_weight
 from masrl.types import Call, Episode, Reply, TaskItem
 
 AGENTS = ("weak", "medium", "strong")

@@ -42,7 +42,7 @@ from masrl.systems.search.system import (
     pipeline_metrics,
 )
 from masrl.tasks.search import SearchTask, cover_accuracy, exact_match, f1_score, load_corpus, qa_metrics
-from masrl.train import score
+from masrl.scoring import score
 from masrl.types import Call, Episode, Message, Reply, TaskItem
 
 SMALL = dict(people=60, cities=12, countries=3, rivers=4, universities=4, films=12, books=12, songs=8, bands=4,

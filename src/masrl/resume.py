@@ -1,0 +1,89 @@
+"""A run's state in a checkpoint: written every N steps, read back to continue or to evaluate.
+
+`checkpoint` saves what a resumed run needs to go on exactly where it stopped
+(masrl.checkpoint writes it atomically): every learner's adapters and optimiser,
+every rank's RNG state and the rollout workers' sampling generators, the data
+position, the system's own state (`Stateful`, e.g. the router's Lagrange
+multipliers) and frozen agents' state (a simulated pool's attempt counts).
+`restore_newest` loads the newest checkpoint that reads back whole, setting a
+damaged one aside; `restore(..., weights_only=True)` loads only what evaluation
+and serving need.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from masrl import distributed
+from masrl.checkpoint import capture_rng, complete_checkpoints, read_meta, restore_rng, save_checkpoint, set_aside
+from masrl.engine import Engine
+from masrl.rollout.tree import Stateful
+from masrl.types import TrainingError
+
+
+def checkpoint(engine: Engine, run_dir: Path, step: int, worker_rngs: bool = True) -> None:
+    """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this),
+    and with `worker_rngs` the rollout workers' sampling generators."""
+    rngs = distributed.gather(capture_rng())
+    if not distributed.is_main():
+        return
+    files = {}
+    for learner in engine.learners.values():
+        files.update(learner.checkpoint_files())
+    files["rng.pt"] = lambda path: torch.save(rngs[0], path)
+    workers = engine.remote_rng_states() if worker_rngs else None
+    if workers is not None:  # rollout workers sample with generators of their own
+        files["rng_workers.pt"] = lambda path: torch.save(workers, path)
+    if len(rngs) > 1:  # ranks > 0 draw only for dropout, but a resumed run restores them too
+        files["rng_ranks.pt"] = lambda path: torch.save(rngs, path)
+    meta = {"data_position": step * engine.config.trainer.batch_size}
+    if engine.hooks.state is not None:  # a system's own state (e.g. Lagrange multipliers)
+        meta["system"] = engine.hooks.state.state_dict()
+    # Frozen agents with state (a simulated agent's attempt counts) resume where they were.
+    meta["frozen"] = {n: a.state_dict() for n, a in engine.frozen.items() if isinstance(a, Stateful)}
+    save_checkpoint(run_dir, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
+
+
+def restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
+    """Load `ckpt` into `engine`: with `weights_only`, the adapters and the system's state alone."""
+    for learner in engine.learners.values():
+        learner.load(ckpt, weights_only=weights_only)
+    if not weights_only:
+        restore_rng(rng_state(ckpt, distributed.rank()))
+        if (ckpt / "rng_workers.pt").exists():
+            engine.load_remote_rng_states(torch.load(ckpt / "rng_workers.pt", weights_only=False))
+    meta = read_meta(ckpt)
+    state = meta.get("system")
+    if state is not None and engine.hooks.state is not None:
+        engine.hooks.state.load_state_dict(state)
+    if not weights_only:
+        for name, agent_state in meta.get("frozen", {}).items():
+            engine.frozen[name].load_state_dict(agent_state)
+
+
+def restore_newest(engine: Engine, run_dir: Path) -> Path:
+    """Load the newest checkpoint that reads back whole and return it. One that does not
+    (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
+    for ckpt in complete_checkpoints(run_dir):
+        try:
+            restore(engine, ckpt)
+        except Exception as exc:  # noqa: BLE001 - whatever the loaders raise on a damaged file
+            aside = set_aside(ckpt)
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); set aside as {aside.name}", file=sys.stderr)
+            continue
+        return ckpt
+    raise TrainingError(f"{run_dir}: no checkpoint reads back whole")
+
+
+def rng_state(ckpt: Path, rank: int) -> dict:
+    """This rank's saved RNG state; rank 0's when the run had fewer processes than `rank`."""
+    ranks = ckpt / "rng_ranks.pt"
+    if rank > 0 and ranks.exists():
+        states = torch.load(ranks, weights_only=False)
+        if rank < len(states):
+            return states[rank]
+    return torch.load(ckpt / "rng.pt", weights_only=False)

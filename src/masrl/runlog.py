@@ -1,0 +1,117 @@
+"""What a run writes as it trains: metrics.jsonl, TensorBoard, and episode trees in samples.jsonl.
+
+`RunLogger` appends one JSON line per step (`kind: train`) and per evaluation
+(`kind: eval`) to metrics.jsonl, the same numbers to TensorBoard, and every few
+steps the step's first episode trees to samples.jsonl (`episode_record`: what
+`masrl view` draws). A resumed run first drops the lines of steps past its
+checkpoint (`truncate_after`), so the files read as if the run had never stopped;
+a line torn by a kill in the middle of an append is dropped too (`records`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from masrl.checkpoint import atomic_write_text
+from masrl.scoring import Scored
+from masrl.types import Episode
+
+
+class RunLogger:
+    """metrics.jsonl + TensorBoard + samples.jsonl; a resumed run drops lines past its checkpoint."""
+
+    def __init__(self, run_dir: Path, purge_after: int):
+        from torch.utils.tensorboard import SummaryWriter  # lazy: tensorboard loads its protobuf stack
+
+        self.run_dir = run_dir
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.samples_path = run_dir / "samples.jsonl"
+        for path in (self.metrics_path, self.samples_path):
+            truncate_after(path, purge_after)
+        self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge_after + 1 if purge_after else None)
+
+    def log(self, step: int, metrics: dict[str, float], kind: str = "train") -> None:
+        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps({"step": step, "kind": kind, **clean}) + "\n")
+        for k, v in metrics.items():
+            if math.isfinite(v):
+                self.tb.add_scalar(k, v, step)
+        self.tb.flush()
+
+    def episodes(self, step: int, episodes: Sequence[Episode], scored: Scored) -> None:
+        with self.samples_path.open("a") as f:
+            for i, ep in enumerate(episodes):
+                f.write(json.dumps(episode_record(step, ep, scored, i)) + "\n")
+
+    def close(self) -> None:
+        self.tb.close()
+
+
+def episode_record(step: int, ep: Episode, scored: Scored, index: int) -> dict:
+    """One episode tree as samples.jsonl keeps it (what `masrl view` draws): every call's prompt and
+    response, reward components, and for trainable calls the return, group and advantage it was
+    trained with (`group` ids are shared by the calls of one step that were compared)."""
+    key = lambda c: (index, c.id)  # noqa: E731
+    return {
+        "step": step,
+        "episode": index,
+        "task": {"id": ep.task.id, "question": ep.task.question, "answer": ep.task.answer},
+        "calls": [
+            {
+                "id": c.id,
+                "parent": c.parent,
+                "agent": c.agent,
+                "role": c.role,
+                "turn": c.turn,
+                "policy": c.reply.policy if c.reply else None,
+                "prompt": [[m.role, m.content] for m in c.messages],
+                "response": c.reply.text if c.reply else None,
+                "tokens_in": c.reply.tokens_in if c.reply else 0,
+                "tokens_out": c.reply.tokens_out if c.reply else 0,
+                "cost": c.cost,
+                "action": c.action if isinstance(c.action, (str, int, float, type(None))) else repr(c.action),
+                "rewards": dict(c.rewards),
+                "reward": c.reward,
+                "return": scored.returns.get(key(c)),
+                "group": scored.groups.get(key(c)),
+                "advantage": scored.advantages.get(key(c)),
+                "done": c.done,
+                "error": c.error,
+            }
+            for c in ep.calls
+        ],
+    }
+
+
+def logged(path: Path, step: int, kind: str) -> bool:
+    """Whether metrics.jsonl holds a `kind` line for `step` (e.g. a finished run's final eval)."""
+    if not path.exists():
+        return False
+    return any(r["step"] == step and r["kind"] == kind for _, r in records(path.read_text().splitlines()))
+
+
+def truncate_after(path: Path, step: int) -> None:
+    """Keep only lines with step <= `step` (lines from steps a crash lost are dropped)."""
+    if not path.exists():
+        return
+    lines = [] if step == 0 else path.read_text().splitlines()  # a new run keeps nothing
+    kept = [line for line, record in records(lines) if record["step"] <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def records(lines: Sequence[str]) -> list[tuple[str, dict]]:
+    """(line, record) of every whole JSON line: a kill in the middle of an append leaves a
+    torn last line, which is dropped rather than failing the resume."""
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            out.append((line, record))
+    return out

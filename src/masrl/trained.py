@@ -1,0 +1,41 @@
+"""A trained run's engine, for `masrl eval`, `masrl serve` and the scripts that probe a run.
+
+`load_trained(run_dir)` builds the engine from the run's saved config and loads
+its newest checkpoint's adapters (and the system's own state); `load_engine`
+takes a run directory or a config (untrained). Neither imports the training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from masrl.checkpoint import latest_checkpoint, read_meta
+from masrl.config import ConfigError, load_config
+from masrl.engine import Engine, build_engine
+from masrl.resume import restore
+from masrl.types import TrainingError
+
+__all__ = ["TrainingError", "load_engine", "load_trained"]  # TrainingError: what a run without a checkpoint raises
+
+
+def load_trained(run_dir: Path, model=None) -> Engine:
+    """An engine with the run's latest checkpoint loaded (for eval and serve)."""
+    config = load_config(run_dir / "config.yaml")
+    engine = build_engine(config, model=model)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        raise TrainingError(f"{run_dir} has no checkpoint")
+    restore(engine, ckpt, weights_only=True)
+    engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
+    return engine
+
+
+def load_engine(target: str | None, overrides: Sequence[str] = ()) -> Engine:
+    """A trained run's engine (a run directory: its saved config, latest checkpoint) or an untrained one
+    (a config name or file, or None for the default, with dotted overrides)."""
+    if target and Path(target).is_dir():
+        if overrides:
+            raise ConfigError(f"{target} is loaded with its saved config; pass no overrides")
+        return load_trained(Path(target))
+    return build_engine(load_config(target, overrides))
