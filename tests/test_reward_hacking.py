@@ -191,7 +191,7 @@ def test_sudoku_restating_the_givens_earns_nothing():
     ],
 )
 def test_champ_rule_grader_exploits_earn_nothing(summary):
-    from masrl.pools.champ import grade_summary
+    from masrl.tasks.champ_grading import grade_summary
 
     assert not grade_summary("7", "What is 3+4?", summary)
     assert grade_summary("7", "What is 3+4?", "The answer is 7.") is True

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from masrl.agents.base import Agent, approx_tokens
-from masrl.pools.champ import grade_summary
+from masrl.tasks.champ_grading import grade_summary
 from masrl.pools.simulated import (
     CONSISTENT,
     VISIBLE,
@@ -345,7 +345,7 @@ def test_champ_pool_has_270_problems_and_four_graded_models(champ):
     summary, tasks, agents, rows = champ
     assert summary.problems == len(tasks) == len(rows) == 270
     assert len({t.id for t in tasks}) == 270
-    # Weak to strong by graded accuracy; these counts are the hand-checked grades (see champ.py).
+    # Weak to strong by graded accuracy; these counts are the hand-checked grades (docs/champ-pool.md).
     assert list(agents) == ["PaLM 2 Medium", "GPT-3.5", "GPT-4", "GPT-4 Turbo"]
     correct = {name: round(acc * 270) for name, acc in summary.accuracy.items()}
     assert correct == {"GPT-3.5": 76, "GPT-4": 110, "GPT-4 Turbo": 151, "PaLM 2 Medium": 39}
@@ -404,7 +404,7 @@ def test_champ_replay_returns_recorded_text(champ):
 
 
 def test_champ_task_scores_replayed_responses_by_their_recorded_grade(champ):
-    from masrl.pools.champ import ChampTask
+    from masrl.tasks.champ import ChampTask
     from masrl.tasks.base import Task, grade
 
     summary, tasks, agents, rows = champ

@@ -22,10 +22,9 @@ from masrl.pools.simulated import (
     simulated_pool,
 )
 
-_CHAMP = ("ChampTask", "PoolSummary", "RecordedChampAgent", "build_champ_pool", "load_champ_pool")
+_CHAMP = ("PoolSummary", "RecordedChampAgent", "build_champ_pool", "load_champ_pool")
 
 __all__ = [
-    "ChampTask",
     "ItemIndex",
     "PoolSummary",
     "RecordedChampAgent",
