@@ -7,23 +7,19 @@ import statistics
 import pytest
 
 from masrl.agents.base import Agent, approx_tokens
-from masrl.tasks.champ_grading import grade_summary
+from masrl.pools.drafts import CONSISTENT, VISIBLE, DraftStyle, draft_style, visible_draft
 from masrl.pools.simulated import (
-    CONSISTENT,
-    VISIBLE,
-    DraftStyle,
     ItemIndex,
     SimulatedAgent,
     calibration_items,
     correct_probability,
-    draft_style,
     difficulty_score,
     expected_accuracy,
     measure_accuracy,
     simulated_pool,
-    visible_draft,
 )
 from masrl.pools.slips import check_draft
+from masrl.tasks.champ_grading import grade_summary
 from masrl.tasks.math import MathTask, MixedMathTask, extract_math_answer, math_equal
 from masrl.types import AgentError, Message, Price, TaskItem
 
@@ -213,7 +209,7 @@ def test_false_steps_write_numbers_wrong_in_the_measured_mix(items):
     from collections import Counter
     from fractions import Fraction
 
-    from masrl.pools.simulated import SLIP_MIX
+    from masrl.pools.drafts import SLIP_MIX
     from masrl.pools.slips import equations, slip_kind
 
     weak = SimulatedAgent("sim-weak", -3.0, Price(), seed=1, task=items, drafts=DraftStyle(1.0, 1.0))

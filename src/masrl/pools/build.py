@@ -20,7 +20,8 @@ from masrl.types import Price
 
 def build_pool(p: PoolConfig, task) -> dict[str, Agent]:
     if p.kind == "simulated":
-        from masrl.pools.simulated import draft_style, simulated_pool
+        from masrl.pools.drafts import draft_style
+        from masrl.pools.simulated import simulated_pool
 
         return dict(simulated_pool(p.simulated, seed=p.seed, task=task, drafts=draft_style(p.drafts, p.visible_rate)))
     if p.kind == "champ":
