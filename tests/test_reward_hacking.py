@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from masrl.tasks import format_reward, reward_terms
-from masrl.tasks.code import CodeTask, load_humaneval, run_check
+from masrl.tasks.code import CodeTask
+from masrl.tasks.code_problems import load_humaneval
+from masrl.tasks.code_run import run_check
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask
 from masrl.tasks.mathturn import MathTurnTask, num_eq

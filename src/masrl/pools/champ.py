@@ -213,7 +213,7 @@ def load_champ_pool(path: str | Path) -> tuple[list[TaskItem], dict[str, Recorde
     tasks, per_model = read_champ_pool(path)
     index = ItemIndex(tasks)
     prices = {m.name: m.price for m in MODELS}
-    agents = {n: RecordedChampAgent(n, prices.get(n, Price()), recordings, index) for n, recordings in per_model.items()}
+    agents = {n: RecordedChampAgent(n, prices.get(n, Price()), rec, index) for n, rec in per_model.items()}
     return tasks, agents
 
 
