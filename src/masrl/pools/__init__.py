@@ -38,9 +38,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # champ is imported on first use, so `python -m masrl.pools.champ` runs it fresh.
     if name in _CHAMP:
-        from masrl.pools import champ
+        from masrl.pools import champ  # lazy: so `python -m masrl.pools.champ` runs it fresh
 
         return getattr(champ, name)
     raise AttributeError(f"module 'masrl.pools' has no attribute {name!r}")

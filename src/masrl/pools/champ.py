@@ -100,7 +100,7 @@ class PoolSummary:
 def build_champ_pool(out_path: str | Path, dataset: Any = None) -> PoolSummary:
     """Extract, grade and price CHAMP's 0-shot conversations into one JSONL pool file."""
     if dataset is None:
-        import champ_dataset  # imported here: loading the 72 MB file takes about a second
+        import champ_dataset  # lazy: the optional champ extra; loading its 72 MB file takes a second
 
         dataset = champ_dataset.load("v0")
     out_path = Path(out_path)

