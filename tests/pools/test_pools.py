@@ -1,4 +1,4 @@
-"""Agent pools: the calibrated SIMULATED pool and the RECORDED CHAMP pool (its rule grader: tests/tasks/test_champ_grading.py)."""
+"""Agent pools: the calibrated SIMULATED pool and the RECORDED CHAMP pool (its grader: tests/tasks)."""
 
 import asyncio
 import json
