@@ -2,11 +2,11 @@
 
 - `simulated`: SIMULATED agents for fast CPU work. No model runs; each answer's
   correctness is an item-response draw calibrated to weak / medium / strong
-  accuracies on reasoning-gym math, written up as a worked solution.
+  accuracies on reasoning-gym math, written up as a worked solution (`drafts`).
 - `champ`: a RECORDED pool. Four real models' (GPT-3.5, GPT-4, GPT-4 Turbo,
   PaLM 2) answers to CHAMP's 270 competition problems, graded against the
   reference answers and replayed with historical per-token prices. Build the
-  pool file once with ``python -m masrl.pools.champ OUT.jsonl``.
+  pool file once with ``python -m masrl.pools.champ OUT.jsonl`` (docs/champ-pool.md).
 
 Both give agents that implement the one agent protocol (`masrl.agents.base`),
 so a system cannot tell them from live backends.
