@@ -1,5 +1,5 @@
 """How often real models' wrong answers show a checkable slip: the calibration of the simulated
-pool's visible drafts (`masrl.pools.simulated`, `DraftStyle`, `VISIBLE`).
+pool's visible drafts (`masrl.pools.drafts`, `DraftStyle`, `VISIBLE`).
 
 Every answer is read by `masrl.pools.slips.check_draft`, the same checker the simulated pool's
 tests hold its drafts to, and counted as one of:

@@ -34,7 +34,7 @@ from dataclasses import replace
 
 import torch
 
-from masrl.pools.simulated import VISIBLE, DraftStyle, visible_draft
+from masrl.pools.drafts import VISIBLE, DraftStyle, visible_draft
 from masrl.pools.slips import check_draft
 from masrl.systems.router.system import CONTROLLER, RouterState
 

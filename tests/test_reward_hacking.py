@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from masrl.tasks import format_reward, reward_terms
-from masrl.tasks.code import CodeTask, load_humaneval, run_check
+from masrl.tasks.code import CodeTask
+from masrl.tasks.code_problems import load_humaneval
+from masrl.tasks.code_run import run_check
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask
 from masrl.tasks.mathturn import MathTurnTask, num_eq
@@ -191,7 +193,7 @@ def test_sudoku_restating_the_givens_earns_nothing():
     ],
 )
 def test_champ_rule_grader_exploits_earn_nothing(summary):
-    from masrl.pools.champ import grade_summary
+    from masrl.tasks.champ_grading import grade_summary
 
     assert not grade_summary("7", "What is 3+4?", summary)
     assert grade_summary("7", "What is 3+4?", "The answer is 7.") is True

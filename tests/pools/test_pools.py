@@ -1,4 +1,4 @@
-"""Agent pools: the calibrated SIMULATED pool and the RECORDED CHAMP pool."""
+"""Agent pools: the calibrated SIMULATED pool and the RECORDED CHAMP pool (its grader: tests/tasks)."""
 
 import asyncio
 import json
@@ -7,21 +7,16 @@ import statistics
 import pytest
 
 from masrl.agents.base import Agent, approx_tokens
-from masrl.pools.champ import grade_summary
+from masrl.pools.drafts import CONSISTENT, VISIBLE, DraftStyle, draft_style, visible_draft
 from masrl.pools.simulated import (
-    CONSISTENT,
-    VISIBLE,
-    DraftStyle,
     ItemIndex,
     SimulatedAgent,
     calibration_items,
     correct_probability,
-    draft_style,
     difficulty_score,
     expected_accuracy,
     measure_accuracy,
     simulated_pool,
-    visible_draft,
 )
 from masrl.pools.slips import check_draft
 from masrl.tasks.math import MathTask, MixedMathTask, extract_math_answer, math_equal
@@ -213,7 +208,7 @@ def test_false_steps_write_numbers_wrong_in_the_measured_mix(items):
     from collections import Counter
     from fractions import Fraction
 
-    from masrl.pools.simulated import SLIP_MIX
+    from masrl.pools.drafts import SLIP_MIX
     from masrl.pools.slips import equations, slip_kind
 
     weak = SimulatedAgent("sim-weak", -3.0, Price(), seed=1, task=items, drafts=DraftStyle(1.0, 1.0))
@@ -295,38 +290,20 @@ def test_answer_format_in_the_system_prompt_is_not_a_previous_draft(pool, items)
     assert "previous draft" not in reply.text.lower()
 
 
-# ---- CHAMP grading rule (pure) -----------------------------------------------------------
-
-
-Q_STRINGS = "How many strings of length 6 over the digits 1, 2, 3 have adjacent digits differing by at most 1?"
-Q_ODD = "In how many ways can you take an odd number of objects from n (distinct) objects?"
-Q_MIN = "What is the smallest value of a/(b+c)+b/(a+c)+c/(a+b) for positive numbers a, b, c?"
-Q_EQ = "Find all integer solutions to the equation 15x^2-7y^2=9."
-
-
-@pytest.mark.parametrize(
-    ("reference", "question", "summary", "expected"),
-    [
-        ("239", Q_STRINGS, "There are 239 strings of length 6 where adjacent digits differ by at most 1.", True),
-        ("239", Q_STRINGS, "There are 29 valid strings of length 6 with adjacent digits differing by 1.", False),
-        ("@@3/2@@", Q_MIN, "The smallest value is \\( \\frac{3}{2} \\), achieved when \\( a = b = c \\).", True),
-        ("@@3/2@@", Q_MIN, "The smallest value of a/(b+c) + b/(a+c) + c/(a+b) is 3, when a = b = c.", False),
-        ("@@2^(n-1)@@", Q_ODD, "The number of ways to take an odd number of objects is \\(2^{n-1}\\).", True),
-        ("@@2^(n-1)@@", Q_ODD, "The number of ways is (n+1)/2 if n is odd, and n/2 if n is even.", False),
-        ("@@x=6, y=5@@", "Solve x^3-y^3=xy+61.", "The only solution is \\(x = 6\\) and \\(y = 5\\).", True),
-        ("@@5/14@@, or approximately 35.7%", "What is the probability?", "It is approximately 35.7143%.", True),
-        ("No", "Is it possible?", "No, it is not possible to label the edges of a cube that way.", True),
-        ("No", "Does it exist?", "Yes, a polyhedron exists with an odd number of faces.", False),
-        ("No integer solutions", Q_EQ, "There are no integer solutions to the equation 15x^2 - 7y^2 = 9.", True),
-        ("No integer solutions", Q_EQ, "The integer solutions are (x, y) = (3, 0) and (x, y) = (-3, 0).", False),
-        ("Monotonically increasing", "Is a_n/b_n monotone?", "The sequence a_n/b_n is monotonically increasing.", None),
-    ],
-)
-def test_grade_summary_rule(reference, question, summary, expected):
-    assert grade_summary(reference, question, summary) is expected
-
-
 # ---- CHAMP recorded pool ------------------------------------------------------------------
+
+
+def test_hand_grades_are_read_once_from_the_package_data_file():
+    from importlib import resources
+
+    from masrl.pools.champ import MODELS, hand_grades
+
+    rows = json.loads(resources.files("masrl.pools").joinpath("data/champ_hand_grades.json").read_text())["grades"]
+    grades = hand_grades()
+    assert hand_grades() is grades  # cached: the file is read once
+    assert len(grades) == len(rows) == 160  # no (problem, model) twice
+    assert {model for _, model in grades} <= {m.name for m in MODELS}
+    assert all(isinstance(v, bool) for v in grades.values())
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +322,7 @@ def test_champ_pool_has_270_problems_and_four_graded_models(champ):
     summary, tasks, agents, rows = champ
     assert summary.problems == len(tasks) == len(rows) == 270
     assert len({t.id for t in tasks}) == 270
-    # Weak to strong by graded accuracy; these counts are the hand-checked grades (see champ.py).
+    # Weak to strong by graded accuracy; these counts are the hand-checked grades (docs/champ-pool.md).
     assert list(agents) == ["PaLM 2 Medium", "GPT-3.5", "GPT-4", "GPT-4 Turbo"]
     correct = {name: round(acc * 270) for name, acc in summary.accuracy.items()}
     assert correct == {"GPT-3.5": 76, "GPT-4": 110, "GPT-4 Turbo": 151, "PaLM 2 Medium": 39}
@@ -404,7 +381,7 @@ def test_champ_replay_returns_recorded_text(champ):
 
 
 def test_champ_task_scores_replayed_responses_by_their_recorded_grade(champ):
-    from masrl.pools.champ import ChampTask
+    from masrl.tasks.champ import ChampTask
     from masrl.tasks.base import Task, grade
 
     summary, tasks, agents, rows = champ

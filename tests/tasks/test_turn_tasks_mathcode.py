@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from masrl.tasks import TurnTask
-from masrl.tasks.code import CodeState, CodeTask, UnitTest, parse_tests
+from masrl.tasks.code import CodeState, CodeTask, parse_tests
+from masrl.tasks.code_run import UnitTest
 from masrl.tasks.mathturn import MathReply, MathState, MathTurnTask, num_eq, parse_math
 from masrl.tasks.team import mixed_reward
 from masrl.tasks.tools import ToolRun, extract_code, tool_output

@@ -35,11 +35,11 @@ class PoolConfig(Section):
     drafts: Literal["consistent", "visible"] = Field(
         "consistent", description="simulated: how drafts are written; consistent: the original pool (a wrong draft "
         "shows nothing a reader can check without recomputing); visible: a wrong draft shows a checkable slip at "
-        "visible_rate (masrl/pools/simulated.py, DraftStyle)",
+        "visible_rate (masrl/pools/drafts.py, DraftStyle)",
     )
     visible_rate: float | None = Field(
         None, ge=0.0, le=1.0, description="drafts=visible: share of wrong drafts with a checkable slip (default: "
-        "the calibrated rate, masrl/pools/simulated.py VISIBLE)",
+        "the calibrated rate, masrl/pools/drafts.py VISIBLE)",
     )
     seed: int = Field(0, description="seed of the simulated pool's draws")
     agents: list[PoolAgentConfig] = Field(default_factory=list, description="kind=agents: the pool, weak to strong")

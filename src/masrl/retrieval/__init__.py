@@ -5,14 +5,13 @@ from masrl.retrieval.corpus import (
     Entity,
     Page,
     SyntheticConfig,
-    generate_corpus,
     load_pages_jsonl,
     load_questions_jsonl,
-    read_fact,
-    solve_from_pages,
     write_jsonl,
 )
 from masrl.retrieval.index import BM25Index, DenseIndex, minilm_encoder, search_many
+from masrl.retrieval.solver import read_fact, solve_from_pages
+from masrl.retrieval.synthetic import generate_corpus
 
 __all__ = [
     "BM25Index",

@@ -34,7 +34,7 @@ ENTRY_POINTS = "masrl.tasks"
 BUILTIN: dict[str, str] = {
     "math": "masrl.tasks.families:MATH",
     "jsonl": "masrl.tasks.families:JSONL",
-    "champ": "masrl.pools.champ:CHAMP",
+    "champ": "masrl.tasks.champ:CHAMP",
     "search": "masrl.tasks.families:SEARCH",
     "sudoku": "masrl.tasks.families:SUDOKU",
     "sokoban": "masrl.tasks.families:SOKOBAN",

@@ -9,12 +9,16 @@ dropped from train, whatever the file says: eval stays as the file wrote it.
 The train split is shuffled once by the seed and then cycles (item i is
 train[i % n]), so training can run for more steps than the file has problems;
 a repeated problem keeps its id. Eval keeps file order and does not cycle.
+
+`read_jsonl` is the one reader of JSONL files of objects (this task's and the
+search corpora's, masrl.retrieval.corpus): an error names the file and line.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +59,9 @@ class JsonlTask:
         return extract_math_answer(text)
 
 
-def _read(path: Path) -> list[tuple[TaskItem, str | None]]:
-    """Every record in the file with its `split` field (None when absent)."""
-    records: list[tuple[TaskItem, str | None]] = []
-    ids: set[str] = set()
+def read_jsonl(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, where, object) for each non-blank line of a JSONL file of objects; `where`
+    is "path:line", the prefix of every error message about that line."""
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -70,21 +73,29 @@ def _read(path: Path) -> list[tuple[TaskItem, str | None]]:
                 raise ValueError(f"{where}: not valid JSON ({e.msg})") from e
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            for key in ("question", "answer"):
-                if key not in row:
-                    raise ValueError(f"{where}: missing required field {key!r}")
-                if isinstance(row[key], bool) or not isinstance(row[key], (str, int, float)):
-                    raise ValueError(f"{where}: field {key!r} must be a string or a number")
-            split = row.get("split")
-            if split is not None and split not in SPLITS:
-                raise ValueError(f"{where}: split must be one of {SPLITS}, got {split!r}")
-            item_id = str(row.get("id", f"{path.stem}/{number}"))
-            if item_id in ids:
-                raise ValueError(f"{where}: duplicate id {item_id!r}")
-            ids.add(item_id)
-            extra = {k: v for k, v in row.items() if k not in ("question", "answer", "id", "split")}
-            item = TaskItem(
-                id=item_id, question=str(row["question"]), answer=str(row["answer"]), metadata={"line": number, **extra}
-            )
-            records.append((item, split))
+            yield number, where, row
+
+
+def _read(path: Path) -> list[tuple[TaskItem, str | None]]:
+    """Every record in the file with its `split` field (None when absent)."""
+    records: list[tuple[TaskItem, str | None]] = []
+    ids: set[str] = set()
+    for number, where, row in read_jsonl(path):
+        for key in ("question", "answer"):
+            if key not in row:
+                raise ValueError(f"{where}: missing required field {key!r}")
+            if isinstance(row[key], bool) or not isinstance(row[key], (str, int, float)):
+                raise ValueError(f"{where}: field {key!r} must be a string or a number")
+        split = row.get("split")
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"{where}: split must be one of {SPLITS}, got {split!r}")
+        item_id = str(row.get("id", f"{path.stem}/{number}"))
+        if item_id in ids:
+            raise ValueError(f"{where}: duplicate id {item_id!r}")
+        ids.add(item_id)
+        extra = {k: v for k, v in row.items() if k not in ("question", "answer", "id", "split")}
+        item = TaskItem(
+            id=item_id, question=str(row["question"]), answer=str(row["answer"]), metadata={"line": number, **extra}
+        )
+        records.append((item, split))
     return records

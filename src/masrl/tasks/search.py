@@ -1,7 +1,7 @@
 """Multi-hop question answering over a search corpus: the task family of the search pipeline.
 
 `SearchTask` hands out the questions of a `Corpus` (the seeded synthetic
-encyclopedia of masrl.retrieval.corpus, or a user's JSONL pages and question
+encyclopedia of masrl.retrieval.synthetic, or a user's JSONL pages and question
 files) and grades short answers the way open-domain QA papers do, and as the
 MHGPO paper reports them (mhgpo-search-system.txt, Table 1: Accuracy, Exact
 Match, F1):
@@ -31,7 +31,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from masrl.retrieval.corpus import Corpus, SyntheticConfig, generate_corpus, load_pages_jsonl, load_questions_jsonl
+from masrl.retrieval.corpus import Corpus, SyntheticConfig, load_pages_jsonl, load_questions_jsonl
+from masrl.retrieval.synthetic import generate_corpus
 from masrl.tasks.base import check_split
 from masrl.types import TaskItem
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from masrl.pools.simulated import VISIBLE, simulated_pool
+from masrl.pools.drafts import VISIBLE
+from masrl.pools.simulated import simulated_pool
 from masrl.pools.slips import check_draft
 from masrl.systems.router.rewards import Multipliers, default_caps, default_multipliers
 from masrl.systems.router.system import VERIFY_USER, VERIFY_USER_NUMBERED, RouterSystem

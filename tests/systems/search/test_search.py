@@ -27,7 +27,8 @@ from masrl.algos.credit import (
     round_robin_groups,
 )
 from masrl.config import ConfigError, load_config
-from masrl.retrieval.corpus import SyntheticConfig, generate_corpus, write_jsonl
+from masrl.retrieval.corpus import SyntheticConfig, write_jsonl
+from masrl.retrieval.synthetic import generate_corpus
 from masrl.retrieval.index import BM25Index
 from masrl.rollout.tree import ForkAt, IndependentSampling, RoundRobin, expand, rollout
 from masrl.systems.search.system import (
