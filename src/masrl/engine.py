@@ -2,7 +2,7 @@
 
 `build_engine(config)` is the only place that makes config strings into
 objects; the training loop and evaluation receive the assembled `Engine`.
-The system's builder (its `SystemSpec`, found by `masrl.systems.resolve_system`) says which agents are
+The system's builder (its `SystemSpec`, found by `masrl.registry.resolve_system`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
 adapter on a base model and a `PolicyLearner`; a policy that is not a
 language model (a scoring head, `Built.heads`) brings its own agents and learner. With `algo.advantage:
@@ -37,8 +37,8 @@ from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System
-from masrl.systems import resolve_system
-from masrl.tasks import build_task
+from masrl.systems.api import SystemSpec
+from masrl.registry import build_task, resolve_system
 from masrl.tasks.base import Task
 from masrl.update import UpdateSettings
 
@@ -54,6 +54,7 @@ class Engine:
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it
     frozen: Mapping[str, Agent]  # agents that are not trained (a pool, weak to strong; experts; tools)
+    spec: SystemSpec  # the system's spec, as resolved from config.system.kind when the engine was built
     critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
     # Remote generation (rollout.workers Ray actors or rollout.engine openai servers): each engine
     # with the base whose adapters it must receive after every update (`publish`).
@@ -161,7 +162,8 @@ def build_engine(config: Config, model: Any = None) -> Engine:
 
         masrl.sandbox.LIMITS_ONLY = True
     task = build_task(config.task)
-    built = resolve_system(config.system.kind).build(config, task)
+    spec = resolve_system(config.system.kind)
+    built = spec.build(config, task)
     policies = built.policy_names
     gae = config.algo.advantage == "gae"
     if gae and CRITIC in policies:
@@ -220,6 +222,7 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         eval_agents={**built.frozen, **trainable(eval_params), **{n: h.eval_agent for n, h in built.heads.items()}},
         learners=learners,
         frozen=built.frozen,
+        spec=spec,
         critic=critic,
         remotes=remotes,
         env=env,

@@ -48,10 +48,12 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from masrl.agents.policy import Generation, LoraSpec, PolicyModel, SamplingParams
+from masrl.agents.policy import Generation, LoraSpec, PolicyModel, SamplingParams, encode_chat
+from masrl.http import ServerSettings, create_app
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard, error_body
 from masrl.models import LoadedModel
 from masrl.rollout.service import GenerationService
+from masrl.serve import sampling_for
 
 SLOT = "served"  # the one adapter slot on the base; a request's adapter is loaded into it before its batch
 MAX_TOKENS = 4096
@@ -279,9 +281,6 @@ class InferenceBackend:
             return [ModelCard(self.name), *(ModelCard(n, {"parent": self.name}) for n in self.adapters)]
 
     def prepare(self, request: ChatRequest):
-        from masrl.agents.policy import encode_chat
-        from masrl.serve import sampling_for
-
         adapter = self._adapter(request.model)
         params = sampling_for(SamplingParams(max_new_tokens=256, temperature=1.0), request)
         prompt = encode_chat(self.tokenizer, request.conversation())
@@ -334,8 +333,6 @@ def inference_router(backend: InferenceBackend) -> APIRouter:
 
 def inference_app(loaded: LoadedModel, name: str, adapter_root: Path | None, settings=None, max_adapters: int = 16):
     """The inference server's ASGI app (what `masrl serve --inference` runs)."""
-    from masrl.http import ServerSettings, create_app
-
     backend = InferenceBackend(loaded, name, adapter_root, max_adapters)
     return create_app(backend, settings or ServerSettings(), title=f"masrl inference: {name}",
                       routers=[inference_router(backend)])  # fmt: skip

@@ -56,9 +56,10 @@ from masrl.checkpoint import (
     save_checkpoint,
     set_aside,
 )
-from masrl.config import Config, ConfigError, dump_config, load_config, validate
+from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system, write_eval_items
+from masrl.loading import dump_config, load_config, validate
 from masrl.learners import CRITIC, ValueLearner
 from masrl.rollout.tree import rollout
 from masrl.types import Episode, Sample

@@ -44,10 +44,10 @@ from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
-from masrl.view import Table, View, saved_evaluations
+from masrl.run_files import Table, View, saved_evaluations
 
 __all__ = [
-    "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
+    "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head",
     "ItemScores", "Message", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
     "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View",
     "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent", "reward_terms",
@@ -68,15 +68,6 @@ class Command:
 
 
 @dataclass(frozen=True)
-class Legacy:
-    """Where a built-in system's settings lived before systems became packages (config.migrate)."""
-
-    sections: Mapping[str, str] = field(default_factory=dict)  # old top-level section -> key in system ("" = flat)
-    system_keys: tuple[str, ...] = ()  # old `system.*` keys that were this system's
-    moves: Mapping[str, str] = field(default_factory=dict)  # old dotted key -> new dotted key
-
-
-@dataclass(frozen=True)
 class SystemSpec:
     """Everything the engine needs to know of a system; one per system, found by `system.kind`."""
 
@@ -92,7 +83,6 @@ class SystemSpec:
     curves: tuple[tuple[str, str], ...] = ()  # (metric, title) drawn first on the run's page (masrl view)
     views: Callable[[Path], Sequence["View"]] | None = None  # RUN_DIR -> its own sections of the page
     serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
-    legacy: Legacy = Legacy()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, Serving, SystemSpec, lazy
+from masrl.systems.api import Serving, SystemSpec, lazy
 from masrl.systems.budget.config import BudgetConfig, check_budget
 from masrl.systems.budget.system import build_budget
 
@@ -29,5 +29,4 @@ SYSTEM = SystemSpec(
         modes=lazy("masrl.systems.budget.serving:modes"),
     ),
     views=lazy("masrl.systems.budget.views:budget_views"),
-    legacy=Legacy(sections={"budget": "", "pool": "pool"}),
 )

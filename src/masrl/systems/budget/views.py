@@ -12,7 +12,7 @@ def budget_views(run_dir: Path) -> list:
     import plotly.graph_objects as go
 
     from masrl.stats import bootstrap_mean
-    from masrl.view import Table, View, saved_evaluations
+    from masrl.run_files import Table, View, saved_evaluations
 
     evals = saved_evaluations(run_dir)
     if not evals:

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, SystemSpec, lazy
+from masrl.systems.api import SystemSpec, lazy
 from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer
 from masrl.systems.puppeteer.system import build_puppeteer
 
@@ -27,5 +27,4 @@ SYSTEM = SystemSpec(
     check=check_puppeteer,
     views=lazy("masrl.systems.puppeteer.views:puppeteer_views"),
     rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
-    legacy=Legacy(sections={"puppeteer": "", "pool": "pool"}, system_keys=("prefill",)),
 )

@@ -13,7 +13,7 @@ Its pools (simulated, recorded CHAMP, your own agents) are shared with other sys
 
 from __future__ import annotations
 
-from masrl.systems.api import Command, Legacy, Serving, SystemSpec, lazy
+from masrl.systems.api import Command, Serving, SystemSpec, lazy
 from masrl.systems.router.config import RouterConfig, check_router
 from masrl.systems.router.system import build_router
 
@@ -45,5 +45,4 @@ SYSTEM = SystemSpec(
         audit=lazy("masrl.systems.router.serving:audit"),
         configure=lazy("masrl.systems.router.serving:configure"),
     ),
-    legacy=Legacy(sections={"router": "", "pool": "pool"}, system_keys=("max_turns", "prefill")),
 )

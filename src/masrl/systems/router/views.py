@@ -11,7 +11,7 @@ from pathlib import Path
 def router_views(run_dir: Path) -> list:
     import plotly.graph_objects as go
 
-    from masrl.view import View, read_metrics
+    from masrl.run_files import View, read_metrics
 
     run_dir = Path(run_dir)
     views = []

@@ -12,7 +12,7 @@ the task (multi-hop questions over a corpus) is masrl.tasks.search.
 
 from __future__ import annotations
 
-from masrl.systems.api import GENERAL_RULES, Legacy, SystemSpec, lazy
+from masrl.systems.api import GENERAL_RULES, SystemSpec, lazy
 from masrl.systems.search.config import SearchConfig
 from masrl.systems.search.system import build_search
 
@@ -30,9 +30,5 @@ SYSTEM = SystemSpec(
         ("rewriter/subqueries", "rewriter: sub-queries written (MHGPO fig. 8)"),
         ("reranker/selected", "reranker: documents selected (MHGPO fig. 8)"),
         ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
-    ),
-    legacy=Legacy(
-        sections={"search": ""},
-        moves={f"search.{k}": f"task.config.{k}" for k in ("pages", "train_questions", "eval_questions", "synthetic")},
     ),
 )
