@@ -35,6 +35,7 @@ from masrl.device import Placement, placement
 from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
+from masrl.rollout.decode import LeanEngine
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System
 from masrl.systems.api import SystemSpec
@@ -179,8 +180,7 @@ def build_engine(config: Config, model: Any = None) -> Engine:
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
         )
         base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
-                           gradient_checkpointing=config.trainer.gradient_checkpointing,
-                           engine="lean" if config.rollout.engine == "lean" else "hf")  # fmt: skip
+                           gradient_checkpointing=config.trainer.gradient_checkpointing)  # fmt: skip
         models.update(dict.fromkeys(adapters, base))
         names.update(dict.fromkeys(adapters, name))
     if gae:
@@ -242,7 +242,8 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            local = GenerationService(base.generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
+            generate = LeanEngine(base).generate if r.engine == "lean" else base.generate  # the in-process engines
+            local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
             continue
         remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0

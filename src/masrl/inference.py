@@ -48,7 +48,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from masrl.agents.policy import Generation, LoraSpec, PolicyModel, SamplingParams, encode_chat
+from masrl.agents.policy import LoraSpec, PolicyModel, encode_chat
+from masrl.agents.sampling import Generation, SamplingParams
 from masrl.http import ServerSettings, create_app
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard, error_body
 from masrl.models import LoadedModel

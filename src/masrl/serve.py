@@ -39,7 +39,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from masrl.agents.policy import PolicyAgent, SamplingParams
+from masrl.agents.policy import PolicyAgent
+from masrl.agents.sampling import SamplingParams
 from masrl.config import ConfigError
 from masrl.http import ServerSettings, create_app
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard
