@@ -122,10 +122,10 @@ class PolicyModel:
                 self._reference = copy.deepcopy(loaded.model).eval().requires_grad_(False)
         else:
             # lazy: peft (with transformers) takes about 2 s to import; a full fine-tune and the
-            # modules that only name the policy's types do without it. lora_linear imports peft.
+            # modules that only name the policy's types do without it
             from peft import LoraConfig, get_peft_model
 
-            from masrl.agents.lora_linear import FusedLoraLinear
+            from masrl.agents.lora_linear import FusedLoraLinear  # lazy: it imports peft
 
             cfg = LoraConfig(
                 r=lora.rank,
