@@ -2,6 +2,7 @@
 
     python scripts/import_graph.py                       # this checkout's src/masrl
     python scripts/import_graph.py --root OTHER/src/masrl  # another checkout, judged by this page's layers
+    python scripts/import_graph.py --brief               # the numbers, the cycles and the largest files
 
 Every `import` and `from ... import` of a masrl module is read with `ast` (absolute and
 relative, at module level and inside functions); `from masrl.a import b` points at the module
@@ -175,17 +176,19 @@ def unplaced(root: Path, table: Mapping[str, int]) -> list[str]:
 
 
 # ---------------------------------------------------------------- the summary
-def summary(root: Path = ROOT, page: Path = ARCHITECTURE, largest: int = 10) -> str:
+def summary(root: Path = ROOT, page: Path = ARCHITECTURE, largest: int = 10, brief: bool = False) -> str:
+    """The graph in numbers, each followed by its items (with `brief`, cycles only)."""
     edges = imports(root)
     table = layer_table(page)
     found, up = cycles(edges), upward(edges, table)
     inner = [e for e in edges if e.in_function]
     statements = {(e.source, e.line) for e in inner}
     unreasoned = sorted({(e.source, e.line, e.target) for e in inner if not e.lazy_reason})
+    module_level = {(e.source, e.target) for e in edges if not e.in_function}
     sizes = sorted(((len(p.read_text().splitlines()), p) for p in modules(root).values()), reverse=True)
     lines = [
         f"masrl import graph of {root} (layers: {page})",
-        f"modules: {len(modules(root))}; module-level import edges: {len({(e.source, e.target) for e in edges if not e.in_function})}",
+        f"modules: {len(modules(root))}; module-level import edges: {len(module_level)}",
         f"cycles (strongly connected components over all imports): {len(found)}",
         *[f"  {' <-> '.join(c)}" for c in found],
         f"upward imports (a lower layer importing a higher one): {len(up)}",
@@ -196,9 +199,11 @@ def summary(root: Path = ROOT, page: Path = ARCHITECTURE, largest: int = 10) -> 
         f"function-level masrl import statements: {len(statements)} "
         f"({len(statements) - len({(s, n) for s, n, _ in unreasoned})} with a `{LAZY}` reason)",
         *[f"  {s}:{n} -> {t} (no reason given)" for s, n, t in unreasoned],
-        f"largest files (lines):",
+        "largest files (lines):",
         *[f"  {n:5d} {p.relative_to(root.parent)}" for n, p in sizes[:largest]],
     ]
+    if brief:
+        lines = [x for x in lines if not x.startswith("  ") or " <-> " in x or x.strip()[0].isdigit()]
     return "\n".join(lines)
 
 
@@ -207,8 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", type=Path, default=ROOT, help="a masrl package directory (default: this checkout's)")
     p.add_argument("--page", type=Path, default=ARCHITECTURE, help="the page whose layer table judges it")
     p.add_argument("--largest", type=int, default=10, help="how many of the largest files to list")
+    p.add_argument("--brief", action="store_true", help="the numbers, the cycles and the largest files only")
     args = p.parse_args(argv)
-    print(summary(args.root.resolve(), args.page, args.largest))
+    print(summary(args.root.resolve(), args.page, args.largest, args.brief))
 
 
 if __name__ == "__main__":

@@ -198,7 +198,10 @@ class LeanEngine:
         self.policy_model = model
         self.merged: MergedWeights | None = None
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
+    ) -> list[Generation]:
+        """What `PolicyModel.generate` returns, sampled by this engine (log-probs with `params.logprobs`)."""
         gens, logps = self.sample(prompts, params, policy)
         if not params.logprobs:
             return gens
