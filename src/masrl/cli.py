@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import sys
+import webbrowser
 from pathlib import Path
 
 from masrl.checkpoint import atomic_write_json
@@ -235,8 +236,6 @@ def _view(args) -> int:
         return 1
     print(f"masrl: wrote {path}", file=sys.stderr)
     if not args.no_open:
-        import webbrowser
-
         webbrowser.open(path.resolve().as_uri())
     return 0
 

@@ -34,6 +34,7 @@ it is generated, by the same function the trainer's loss uses
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -45,6 +46,9 @@ from typing import Any
 
 import torch
 from fastapi import APIRouter
+from prometheus_client import Counter
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -134,8 +138,6 @@ class InferenceBackend:
 
     def register_metrics(self, registry) -> None:
         """Served completions, tokens and adapter loads, on the shared server's /metrics."""
-        from prometheus_client import Counter
-
         self._metrics = {
             "completions": Counter("masrl_inference_completions", "completions requests answered", ["model"],
                                    registry=registry),
@@ -158,9 +160,6 @@ class InferenceBackend:
             if len(self.adapters) >= self.max_adapters:
                 raise HTTPError(400, f"{self.max_adapters} adapters are loaded (--max-adapters); unload one first")
         spec = _lora_spec(path / CONFIG_FILE)
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         try:
             state = load_file(str(path / ADAPTER_FILE))
         except (SafetensorError, OSError) as exc:
@@ -221,8 +220,6 @@ class InferenceBackend:
         return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist())) for i, g in enumerate(gens)]
 
     async def complete(self, req: CompletionRequest) -> dict[str, Any]:
-        import asyncio
-
         adapter = self._adapter(req.model)
         prompts = self._prompt_ids(req.prompt)
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.algos.losses import token_logprobs
@@ -156,7 +157,7 @@ class PolicyModel:
         self._check(policy)
         if self.lora is None:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        from peft import get_peft_model_state_dict
+        from peft import get_peft_model_state_dict  # lazy: peft, as in __init__
 
         return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=policy).items()}
 
@@ -165,7 +166,7 @@ class PolicyModel:
         if self.lora is None:
             self.model.load_state_dict(state)
             return
-        from peft import set_peft_model_state_dict
+        from peft import set_peft_model_state_dict  # lazy: peft, as in __init__
 
         result = set_peft_model_state_dict(self.model, state, adapter_name=policy)
         unexpected = getattr(result, "unexpected_keys", [])
@@ -173,13 +174,9 @@ class PolicyModel:
             raise ValueError(f"adapter state for {policy!r} has unexpected keys: {unexpected[:3]}")
 
     def save(self, policy: str, path: Path) -> None:
-        from safetensors.torch import save_file
-
         save_file({k: v.contiguous() for k, v in self.state_dict(policy).items()}, str(path))
 
     def load(self, policy: str, path: Path) -> None:
-        from safetensors.torch import load_file
-
         self.load_state_dict(policy, load_file(str(path)))
 
     # ---- which weights are active -------------------------------------------
