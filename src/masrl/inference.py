@@ -46,15 +46,15 @@ from typing import Any
 
 import torch
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import masrl.http  # create_app is looked up when called, as in masrl.serve
 from masrl.agents.policy import LoraSpec, PolicyModel, encode_chat
 from masrl.agents.sampling import Generation, SamplingParams
-from masrl.http import ServerSettings, create_app
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard, error_body
 from masrl.models import LoadedModel
 from masrl.rollout.service import GenerationService
@@ -332,5 +332,5 @@ def inference_router(backend: InferenceBackend) -> APIRouter:
 def inference_app(loaded: LoadedModel, name: str, adapter_root: Path | None, settings=None, max_adapters: int = 16):
     """The inference server's ASGI app (what `masrl serve --inference` runs)."""
     backend = InferenceBackend(loaded, name, adapter_root, max_adapters)
-    return create_app(backend, settings or ServerSettings(), title=f"masrl inference: {name}",
-                      routers=[inference_router(backend)])  # fmt: skip
+    return masrl.http.create_app(backend, settings or masrl.http.ServerSettings(), title=f"masrl inference: {name}",
+                                 routers=[inference_router(backend)])  # fmt: skip

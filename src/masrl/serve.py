@@ -41,8 +41,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from masrl.agents.policy import PolicyAgent
 from masrl.agents.sampling import SamplingParams
+import masrl.http  # create_app is looked up when called: a caller may replace it (tests/test_bases.py)
 from masrl.config import ConfigError
-from masrl.http import ServerSettings, create_app
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.api import ServeOptions, Serving
@@ -250,4 +250,5 @@ def backend_for(engine, run_name: str, policy: str | None):
 
 def agent_app(agent, name: str, settings=None):
     """Any agent (a local model, a function) behind the server as the chat model `name`."""
-    return create_app(PolicyBackend(agent, name), settings or ServerSettings(), title=f"masrl: {name}")
+    backend, settings = PolicyBackend(agent, name), settings or masrl.http.ServerSettings()
+    return masrl.http.create_app(backend, settings, title=f"masrl: {name}")
