@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _util import emit_json, interleaved, median, table, warn_if_busy
 
-from masrl.config import load_config
+from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.rollout.tree import Parallel, rollout
 

@@ -9,8 +9,8 @@ Method
 - Before every timed call the adapter is moved in place (as an optimiser step
   moves it), so the lean engine re-merges its weights inside the timed call:
   the time to take new adapter weights is part of every lean measurement.
-- `hf`: `PolicyModel.generate` with `engine="hf"` (HF `generate` through peft,
-  the reference engine). `lean`: the same call with `engine="lean"`.
+- `hf`: `PolicyModel.generate` (HF `generate` through peft, the reference
+  engine). `lean`: the same call through `LeanEngine(policy_model).generate`.
 - One warm-up each, then `reps` interleaved rounds; tokens/s = response
   tokens returned / median seconds. Rows that end early (EOS) count only
   the tokens they returned, on both sides.
@@ -28,7 +28,9 @@ import argparse
 import torch
 from _util import emit_json, interleaved, median, table, warn_if_busy
 
-from masrl.agents.policy import LoraSpec, PolicyModel, SamplingParams
+from masrl.agents.policy import LoraSpec, PolicyModel
+from masrl.agents.sampling import SamplingParams
+from masrl.rollout.decode import LeanEngine
 from masrl.models import load_model
 
 POLICY = "policy"
@@ -66,13 +68,15 @@ def main() -> None:
     produced: dict[str, int] = {"hf": 0, "lean": 0}
     last: dict[str, list] = {}
 
+    lean = LeanEngine(pm)
+    engines = {"hf": pm.generate, "lean": lean.generate}
+
     def step(engine: str):
         def run() -> None:
             with torch.no_grad():  # an optimiser step's worth of change: the lean engine must re-merge
                 for p in adapter:
                     p.add_(torch.randn(p.shape, generator=g) * 1e-4)
-            pm.engine = engine
-            gens = pm.generate(rows, params, POLICY)
+            gens = engines[engine](rows, params, POLICY)
             produced[engine] += sum(len(x.response_ids) for x in gens)
             last[engine] = gens
 
@@ -86,7 +90,7 @@ def main() -> None:
     ratio = tps["lean"] / tps["hf"]
 
     # On-policy check on fixed samples: the lean engine's sampling log-probs vs the trainer's.
-    gens, logps = pm.sample(rows, SamplingParams(args.new_tokens, 1.0, 1.0, seed=0), POLICY)
+    gens, logps = lean.sample(rows, SamplingParams(args.new_tokens, 1.0, 1.0, seed=0), POLICY)
     with torch.no_grad():
         trainer, _ = pm.response_logprobs(rows, [x.response_ids for x in gens], POLICY)
     gap = max(abs(float(trainer[i, j]) - lp) for i, row in enumerate(logps) for j, lp in enumerate(row))

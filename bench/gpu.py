@@ -146,7 +146,7 @@ def train_smoke(device: str, precision: str) -> dict:
     """`masrl train single-arithmetic` on the tiny model for 2 steps on `device`."""
     import json
 
-    from masrl.config import load_config
+    from masrl.loading import load_config
     from masrl.train import train
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     import torch
 
-    from masrl.config import load_config
+    from masrl.loading import load_config
     from masrl.engine import build_engine
     from masrl.rollout.tree import rollout
 

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--items", type=int, default=30)
     args = p.parse_args(argv)
-    from masrl.config import load_config
+    from masrl.loading import load_config
 
     kind = load_config(args.run_dir / "config.yaml").system.kind
     result = check_router(args.run_dir, args.items) if kind == "router" else check_modes(args.run_dir, args.items)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from masrl.config import Config, load_config
+from masrl.config import Config
+from masrl.loading import load_config
 
 # Small enough that a training step takes well under a second on one CPU core;
 # pins every setting the tests' expected values depend on.

@@ -13,7 +13,8 @@ import masrl.engine
 from masrl.agents.policy import PolicyModel
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
 from masrl.engine import base_plan, build_engine
 from masrl.learners import CRITIC
 from masrl.models import _smollm2_cached, load_model

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from masrl.config import DEFAULT_CONFIG, Config, ConfigError, dump_config, load_config
+from masrl.config import DEFAULT_CONFIG, Config, ConfigError
+from masrl.loading import dump_config, load_config
 
 
 def error_of(*overrides: str, path=None) -> str:

@@ -42,7 +42,8 @@ from pathlib import Path
 import pytest
 
 from masrl.cli import _parser, _split_config
-from masrl.config import PACKAGED, Config, ConfigError, load_config  # load_config: where the config loader lives
+from masrl.config import PACKAGED, Config, ConfigError
+from masrl.loading import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]

@@ -179,7 +179,7 @@ def test_no_sandbox_isolation_is_one_message_exit_2(tmp_path, monkeypatch, capsy
 def test_limits_only_is_a_config_switch(monkeypatch):
     """`sandbox.limits_only: true` holds while the engine built from that config lives, and no longer."""
     import masrl.sandbox
-    from masrl.config import load_config
+    from masrl.loading import load_config
     from masrl.engine import build_engine
 
     monkeypatch.setattr(masrl.sandbox, "LIMITS_ONLY", False)

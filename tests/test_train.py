@@ -14,10 +14,11 @@ import torch
 from safetensors.torch import load_file
 
 import masrl.train
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
+from masrl.registry import build_task
 from masrl.runlog import RunLogger
 from masrl.scoring import score
-from masrl.tasks import build_task
 from masrl.train import TrainingError, train
 from masrl.trained import load_engine
 from masrl.types import AgentError, Call, Episode, Reply, TaskItem
@@ -208,7 +209,7 @@ def test_load_engine_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides
 
 
 def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):
-    from masrl.config import dump_config
+    from masrl.loading import dump_config
 
     dump_config(tiny_config(), tmp_path / "config.yaml")
     with pytest.raises(TrainingError, match="no complete checkpoint"):

@@ -11,10 +11,24 @@ import errno
 import json
 import os
 import sys
+import webbrowser
 from pathlib import Path
 
-from masrl.config import ConfigError, load_config
+from masrl.checkpoint import atomic_write_json
+from masrl.compare import compare_runs
+from masrl.config import ConfigError
+from masrl.evaluate import eval_record, evaluate_system
+from masrl.loading import load_config
+from masrl.memory import reexec_with_jemalloc
+from masrl.registry import available_systems, available_tasks
+from masrl.report import curve_table, write_report
+from masrl.run_files import read_metrics
 from masrl.sandbox import SandboxError
+from masrl.types import TrainingError
+from masrl.view import write_page
+
+# The commands that train, evaluate or serve import torch (about 1 s) and the HTTP stack inside
+# their functions (`# lazy:`), so `masrl --help`, `systems`, `compare` and `view` start at once.
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,8 +91,6 @@ def _parser() -> argparse.ArgumentParser:
 def _system_commands() -> dict:
     """`masrl NAME` commands that systems add (SystemSpec.commands), built in and installed: name ->
     (spec, command). The first to claim a name keeps it; masrl's own commands come before all."""
-    from masrl.systems import available_systems
-
     commands: dict = {}
     for _, _, spec, _ in available_systems():
         for name, cmd in (spec.commands if spec is not None else {}).items():
@@ -127,13 +139,12 @@ def _under_jemalloc(args) -> None:
     preloaded (masrl.memory: glibc keeps freed activations and caches). Called once the config has
     loaded, so a config error is still one message and nothing restarts for it."""
     if getattr(args, "own_process", False):
-        from masrl.memory import reexec_with_jemalloc
-
         reexec_with_jemalloc(sys.argv[1:])
 
 
 def _train(args) -> int:
-    from masrl.train import TrainingError, train
+    from masrl import distributed  # lazy: torch
+    from masrl.train import train  # lazy: torch
 
     try:
         if args.resume:
@@ -161,8 +172,6 @@ def _train(args) -> int:
         print(f"masrl: training stopped: {exc}", file=sys.stderr)
         return 1
     print(f"masrl: run directory {run_dir}")
-    from masrl import distributed
-
     if distributed.launched():  # one rank of torchrun's group: skip the teardown that gloo can abort in
         distributed.leave_now()
     return 0
@@ -178,8 +187,8 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
-    from masrl.evaluate import eval_record, evaluate_system
-    from masrl.trained import TrainingError, load_trained
+    from masrl.engine import build_engine  # lazy: torch
+    from masrl.trained import load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
     try:
@@ -190,8 +199,6 @@ def _eval(args) -> int:
             engine = load_trained(Path(target))
             out = Path(args.out) if args.out else Path(target) / "eval.json"
         else:
-            from masrl.engine import build_engine
-
             config = load_config(target, overrides)
             _under_jemalloc(args)
             engine = build_engine(config)
@@ -205,16 +212,12 @@ def _eval(args) -> int:
     summary = dict(result.payload) if result.payload is not None else dict(result.metrics)
     summary.update(eval_record(None, result))  # summary metrics and per-item results: `masrl compare` reads them
     if out is not None:
-        from masrl.checkpoint import atomic_write_json
-
         atomic_write_json(out, summary)
         print(f"masrl: wrote {out}", file=sys.stderr)
     return 0
 
 
 def _compare(args) -> int:
-    from masrl.compare import compare_runs
-
     try:
         print(compare_runs([Path(r) for r in args.runs], args.metric, args.method))
     except (FileNotFoundError, ValueError) as exc:
@@ -224,8 +227,6 @@ def _compare(args) -> int:
 
 
 def _view(args) -> int:
-    from masrl.view import write_page
-
     runs = [Path(r) for r in args.runs]
     one_run = len(runs) == 1 and runs[0].is_dir()
     out = Path(args.out) if args.out else (runs[0] / "view.html" if one_run else Path("masrl-view.html"))
@@ -236,14 +237,12 @@ def _view(args) -> int:
         return 1
     print(f"masrl: wrote {path}", file=sys.stderr)
     if not args.no_open:
-        import webbrowser
-
         webbrowser.open(path.resolve().as_uri())
     return 0
 
 
 def _models(args) -> int:
-    from masrl.models import cache_dir, describe_models
+    from masrl.models import cache_dir, describe_models  # lazy: torch
 
     for m in describe_models():
         print(f"{m['name']:10s} {m['what']}\n{'':10s} {m['status']}")
@@ -252,9 +251,6 @@ def _models(args) -> int:
 
 
 def _systems(args) -> int:
-    from masrl.systems import available_systems
-    from masrl.tasks import available_tasks
-
     for title, rows in (("systems (system.kind)", available_systems()), ("task families (task.kind)", available_tasks())):
         print(title)
         for kind, where, spec, error in rows:
@@ -264,8 +260,6 @@ def _systems(args) -> int:
 
 
 def _report(args) -> int:
-    from masrl.report import curve_table, read_metrics, write_report
-
     try:
         rows = read_metrics(Path(args.run_dir))
     except FileNotFoundError as exc:
@@ -277,9 +271,9 @@ def _report(args) -> int:
 
 
 def _serve(args) -> int:
-    from masrl.http import ServerSettings, create_app, run
-    from masrl.serve import backend_for
-    from masrl.trained import TrainingError, load_trained
+    from masrl.http import ServerSettings, create_app, run  # lazy: fastapi and uvicorn
+    from masrl.serve import backend_for  # lazy: torch
+    from masrl.trained import load_trained  # lazy: torch
 
     if args.max_concurrency < 1 or args.max_body_bytes < 1:
         raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")
@@ -308,11 +302,11 @@ def _serve(args) -> int:
 
 
 def _serve_inference(args, settings) -> int:
-    import torch
+    import torch  # lazy: torch
 
-    from masrl.http import run
-    from masrl.inference import inference_app
-    from masrl.models import check_model_name, load_model
+    from masrl.http import run  # lazy: fastapi and uvicorn
+    from masrl.inference import inference_app  # lazy: torch, fastapi
+    from masrl.models import check_model_name, load_model  # lazy: torch
 
     if args.run_dir is not None or args.policy:
         raise ConfigError("--inference serves a base model, not a run: leave out the run directory and --policy")

@@ -1,24 +1,19 @@
-"""One typed config: a YAML file plus dotted command-line overrides.
+"""The config's schema: one typed, frozen section per part of the engine, and `ConfigError`.
 
-`load_config(path, overrides)` merges, validates and returns a frozen `Config`
-before any model loads. Every mistake (unknown key, wrong type, value out of
-range, missing file) becomes one `ConfigError` whose message names each bad
-field; the CLI prints it and exits with code 2. The resolved config is saved in
-the run directory, so `masrl train --resume RUN_DIR` and `masrl eval RUN_DIR`
-need nothing else.
+This module only describes a config (field types, ranges, defaults, what each key means); it
+imports nothing of masrl. Reading one is `masrl.loading.load_config(path, overrides)`: YAML,
+dotted overrides, old layouts moved (masrl.migration), every field validated here and then the
+cross-checks between sections and against the chosen system and task family, all before any
+model loads (docs/architecture.md: the schema sits at the bottom, loading above the registry).
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
 class ConfigError(ValueError):
@@ -279,53 +274,6 @@ class Config(Section):
     eval: EvalConfig = EvalConfig()
     sandbox: SandboxConfig = SandboxConfig()
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> "Config":
-        from masrl.systems import resolve_system
-        from masrl.tasks import resolve_task
-
-        spec = resolve_system(self.system.kind)
-        family = resolve_task(self.task.kind)
-        if family.needs_path and not self.task.path:
-            raise ValueError(f"task.path is required when task.kind is {self.task.kind!r}")
-        if family.system is not None and family.system != spec.kind:
-            raise ValueError(f"task.kind {self.task.kind!r} is made for system.kind {family.system!r}; "
-                             f"system.kind is {self.system.kind!r}")  # fmt: skip
-        if spec.own_tasks and family.system != spec.kind:
-            raise ValueError(f"system.kind {self.system.kind!r} runs only task families made for it "
-                             f"(TaskFamily(system={spec.kind!r})); task.kind {self.task.kind!r} is not one")  # fmt: skip
-        if self.sampler.rule not in spec.rules:
-            raise ValueError(f"sampler.rule {self.sampler.rule!r} does not fit system.kind {self.system.kind!r}; "
-                             f"its rules: {', '.join(spec.rules)}")  # fmt: skip
-        if any(p < 0 for p in self.sampler.fork_probs) or sum(self.sampler.fork_probs) <= 0:
-            raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {self.sampler.fork_probs}")
-        r = self.rollout
-        if r.engine == "openai" and r.workers:
-            raise ValueError("rollout.workers are Ray actors of the hf engine; with rollout.engine 'openai' "
-                             "the servers in rollout.servers generate: set rollout.workers=0")
-        if r.engine == "openai" and not r.servers:
-            raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
-        if r.engine == "openai" and self.model.bases:
-            raise ValueError("rollout.engine 'openai' serves one base model (model.name): model.bases is not supported")
-        if r.engine == "openai" and self.model.lora_rank == 0:
-            raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
-        if r.workers and importlib.util.find_spec("ray") is None:
-            raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
-        if r.engine == "lean" and r.workers:
-            raise ValueError("rollout.engine 'lean' generates in the trainer's process; rollout.workers generate with "
-                             "HF generate (engine 'hf'): set one of them")
-        if r.max_staleness and r.engine != "openai" and not r.workers:
-            raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
-                             "rollout.workers > 0 or rollout.engine 'openai'")
-        if self.algo.advantage == "gae" and self.model.lora_rank == 0:
-            raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
-        unknown = set(self.reward.weights) - {"correct", "format"}
-        if unknown:
-            raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
-        if spec.check is not None:
-            spec.check(self)
-        return self
-
 
 @functools.cache
 def config_model(section: type[SystemSection]) -> type[Config]:
@@ -335,188 +283,3 @@ def config_model(section: type[SystemSection]) -> type[Config]:
 
 PACKAGED = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = PACKAGED / "default.yaml"
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read YAML (or the packaged default), apply `a.b=value` overrides, validate."""
-    path = Path(path) if path else DEFAULT_CONFIG
-    if not path.exists() and (PACKAGED / f"{path}.yaml").exists():
-        path = PACKAGED / f"{path}.yaml"  # a shipped config by name: `masrl train single-arithmetic`
-    if not path.exists():
-        shipped = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
-        raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of sections, got {type(data).__name__}")
-    for item in overrides:
-        apply_override(data, item)
-    for note in migrate(data):
-        print(f"masrl: note: {path}: {note}", file=sys.stderr)
-    return validate(data, source=str(path))
-
-
-def apply_override(data: dict, item: str) -> None:
-    """`trainer.lr=1e-5`: the value is parsed as YAML (numbers, lists, booleans)."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like section.key=value")
-    key, raw = item.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ConfigError(f"override {item!r} has an empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    if isinstance(value, (dict, list)) and not raw.strip().startswith(("{", "[")):
-        value = raw  # "Format: <answer>N</answer>" is a string with a colon, not a mapping
-    node = data
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"override {item!r}: {part} is not a section")
-    node[parts[-1]] = value
-
-
-def validate(data: dict, source: str = "config") -> Config:
-    """The typed config of `data`: its `system` section checked against the chosen system's own model."""
-    from masrl.systems import resolve_system
-
-    system = data.get("system") or {}
-    if not isinstance(system, dict):
-        raise ConfigError(f"{source}: system must be a section (kind: ..., and the system's keys)")
-    spec = resolve_system(str(system.get("kind", SystemSection().kind)))
-    model = config_model(spec.config)
-    try:
-        config = model.model_validate({**data, "system": {**system, "kind": system.get("kind", spec.kind)}})
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc, source, model)) from None
-    problems = _check_files(config)
-    if problems:
-        raise ConfigError(f"{source}: " + "; ".join(problems))
-    return config
-
-
-def migrate(data: dict) -> list[str]:
-    """Move a config written before systems became packages into the current layout, in place.
-
-    Then each system had a top-level section of its own, named after it, beside a `system`
-    section of a few keys of several systems (`Legacy.system_keys`) and a shared pool section;
-    now all of it is the one `system` section. Each built-in system says which old sections are its own (`SystemSpec.legacy`); the
-    sections of other systems (every old run directory saved all of them) are dropped. Returns one
-    note per move, for the user: what moved where.
-    """
-    from masrl.systems import builtin_systems, resolve_system
-
-    system = data.get("system")
-    if system is not None and not isinstance(system, dict):
-        return []  # validate() says what is wrong
-    system = dict(system or {})
-    notes = []
-    kind = str(system.get("kind", SystemSection().kind))
-    spec = resolve_system(kind)
-    builtin = builtin_systems()
-    if builtin.get(kind) is spec and spec.kind != kind:
-        notes.append(f"system.kind {kind!r} is now {spec.kind!r}")
-        system["kind"] = kind = spec.kind
-    old_sections = {name for s in builtin.values() for name in s.legacy.sections}
-    if not old_sections & set(data):
-        if notes:
-            data["system"] = system
-        return notes
-    legacy = spec.legacy
-    for source, target in legacy.moves.items():
-        value = _pop_path(data, source)
-        if value is not _MISSING:
-            _set_path(data, target, value)
-            notes.append(f"{source} is now {target}")
-    other_keys = {k for s in builtin.values() for k in s.legacy.system_keys} - set(legacy.system_keys)
-    system = {k: v for k, v in system.items() if k not in other_keys}
-    for section, target in legacy.sections.items():
-        if section in data:
-            values = data.pop(section)
-            if target:
-                system[target] = _merge(system.get(target) or {}, values or {})
-            else:
-                system = _merge(system, values or {})
-            notes.append(f"the {section}: section is now system{'.' + target if target else ''}")
-    dropped = sorted(old_sections & set(data))
-    for section in dropped:
-        del data[section]
-    if dropped:
-        notes.append(f"ignored the sections of other systems: {', '.join(dropped)}")
-    data["system"] = system
-    return notes
-
-
-_MISSING = object()
-
-
-def _pop_path(data: dict, dotted: str) -> Any:
-    *parents, leaf = dotted.split(".")
-    node = data
-    for part in parents:
-        node = node.get(part) if isinstance(node, dict) else None
-    return node.pop(leaf, _MISSING) if isinstance(node, dict) else _MISSING
-
-
-def _set_path(data: dict, dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = data
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
-
-
-def _merge(base: dict, top: dict) -> dict:
-    """`top` over `base`, merging nested mappings (an old `pool:` over a new `system.pool:`)."""
-    out = dict(base)
-    for k, v in top.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _check_files(config: Config) -> list[str]:
-    from masrl.models import check_model_name
-
-    problems = []
-    if config.task.path and not Path(config.task.path).expanduser().exists():
-        problems.append(f"task.path: file {config.task.path} does not exist")
-    named = {"model.name": config.model.name, **{f"model.bases.{p}": n for p, n in config.model.bases.items()}}
-    for key, name in named.items():
-        model_problem = check_model_name(name)
-        if model_problem:
-            problems.append(f"{key}: {model_problem}")
-    return problems
-
-
-def _explain(exc: ValidationError, source: str, model: type[BaseModel] = Config) -> str:
-    lines = [f"{source}: {exc.error_count()} problem(s)"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key{_did_you_mean(err['loc'], model)}")
-        else:
-            got = err.get("input")
-            shown = "" if isinstance(got, dict) else f" (got {got!r})"
-            lines.append(f"  {loc or 'config'}: {err['msg']}{shown}")
-    return "\n".join(lines)
-
-
-def _did_you_mean(loc: tuple, section: type[BaseModel] = Config) -> str:
-    for part in loc[:-1]:
-        field = section.model_fields.get(str(part))
-        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
-            return ""
-        section = field.annotation
-    close = difflib.get_close_matches(str(loc[-1]), list(section.model_fields), n=1)
-    known = ", ".join(section.model_fields)
-    return f"; did you mean '{close[0]}'?" if close else f"; known keys: {known}"
-
-
-def dump_config(config: Config, path: Path) -> None:
-    from masrl.checkpoint import atomic_write_text
-
-    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

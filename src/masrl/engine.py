@@ -2,7 +2,7 @@
 
 `build_engine(config)` is the only place that makes config strings into
 objects; the training loop and evaluation receive the assembled `Engine`.
-The system's builder (its `SystemSpec`, found by `masrl.systems.resolve_system`) says which agents are
+The system's builder (its `SystemSpec`, found by `masrl.registry.resolve_system`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
 adapter on a base model and a `PolicyLearner`; a policy that is not a
 language model (a scoring head, `Built.heads`) brings its own agents and learner. With `algo.advantage:
@@ -34,18 +34,21 @@ import torch
 
 from masrl import distributed
 from masrl.agents.base import Agent
-from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
+from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
+from masrl.agents.sampling import SamplingParams
 from masrl.config import Config, ConfigError
 from masrl.device import Placement, placement
 from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
+from masrl.registry import build_task, resolve_system
+from masrl.rollout.decode import LeanEngine
+from masrl.rollout.openai_engine import InferenceServers
+from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemHooks
 from masrl.sandbox import limits_only_chosen
-from masrl.systems import resolve_system
 from masrl.systems.api import Built, SystemSpec
-from masrl.tasks import build_task
 from masrl.tasks.base import Task
 from masrl.update import UpdateSettings
 
@@ -235,8 +238,7 @@ def load_bases(
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
         )
         base = PolicyModel(loaded, adapters, lora, keep_reference=config.algo.kl_coef > 0, placement=place,
-                           gradient_checkpointing=config.trainer.gradient_checkpointing,
-                           engine="lean" if config.rollout.engine == "lean" else "hf")  # fmt: skip
+                           gradient_checkpointing=config.trainer.gradient_checkpointing)  # fmt: skip
         models.update(dict.fromkeys(adapters, base))
         names.update(dict.fromkeys(adapters, name))
     return models, names
@@ -286,7 +288,8 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            local = GenerationService(base.generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
+            generate = LeanEngine(base).generate if r.engine == "lean" else base.generate  # the in-process engines
+            local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
             continue
         remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0
@@ -301,13 +304,9 @@ def start_remote(config: Config, base: PolicyModel, model_name: str, given_model
     """The remote engine that generates for `base`'s adapters: inference servers, Ray workers, or None (in process)."""
     r = config.rollout
     if r.engine == "openai":
-        from masrl.rollout.openai_engine import InferenceServers
-
         return InferenceServers(config, model_name, base)
     if not r.workers:
         return None
-    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
-
     if given_model:
         raise ConfigError("rollout.workers load the model themselves: name it in model.name "
                           "(a model object cannot be sent to them)")  # fmt: skip

@@ -20,11 +20,13 @@ from saved files, never re-run.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from masrl.checkpoint import atomic_write_json
 from masrl.rollout.tree import Parallel, rollout
 from masrl.types import Episode, TaskItem
 
@@ -127,9 +129,7 @@ class SystemEval:
 def evaluate_system(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:
     """The evaluation of `engine`'s system on `items`; `full` adds what only the
     final evaluation needs (baselines, result tables, files)."""
-    from masrl.systems import resolve_system
-
-    own = resolve_system(engine.config.system.kind).evaluate
+    own = engine.spec.evaluate  # the spec the engine was built from (masrl.engine.Engine.spec)
     return (own or evaluate_episodes)(engine, items, full)
 
 
@@ -155,8 +155,6 @@ def eval_record(step: int | None, result: SystemEval) -> dict:
 
 
 def write_eval_items(run_dir: Path, step: int, result: SystemEval) -> Path:
-    from masrl.checkpoint import atomic_write_json
-
     path = Path(run_dir) / EVALS_DIR / f"step-{step:06d}.json"
     atomic_write_json(path, eval_record(step, result))
     return path
@@ -164,8 +162,6 @@ def write_eval_items(run_dir: Path, step: int, result: SystemEval) -> Path:
 
 def read_eval_items(path: Path) -> list[ItemScores]:
     """The per-item results saved in an evals/step-N.json or an eval.json; a clear error when there are none."""
-    import json
-
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict) or not data.get("per_item"):
         raise ValueError(f"{path} holds no per-item results (written before masrl saved them?); "

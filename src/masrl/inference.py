@@ -34,6 +34,7 @@ it is generated, by the same function the trainer's loss uses
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -46,12 +47,18 @@ from typing import Any
 import torch
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
-from masrl.agents.policy import Generation, LoraSpec, PolicyModel, SamplingParams
+import masrl.http  # create_app is looked up when called, as in masrl.serve
+from masrl.agents.policy import LoraSpec, PolicyModel, encode_chat
+from masrl.agents.sampling import Generation, SamplingParams
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard, error_body
 from masrl.models import LoadedModel
 from masrl.rollout.service import GenerationService
+from masrl.serve import sampling_for
 
 SLOT = "served"  # the one adapter slot on the base; a request's adapter is loaded into it before its batch
 MAX_TOKENS = 4096
@@ -131,8 +138,6 @@ class InferenceBackend:
 
     def register_metrics(self, registry) -> None:
         """Served completions, tokens and adapter loads, on the shared server's /metrics."""
-        from prometheus_client import Counter
-
         self._metrics = {
             "completions": Counter("masrl_inference_completions", "completions requests answered", ["model"],
                                    registry=registry),
@@ -155,9 +160,6 @@ class InferenceBackend:
             if len(self.adapters) >= self.max_adapters:
                 raise HTTPError(400, f"{self.max_adapters} adapters are loaded (--max-adapters); unload one first")
         spec = _lora_spec(path / CONFIG_FILE)
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         try:
             state = load_file(str(path / ADAPTER_FILE))
         except (SafetensorError, OSError) as exc:
@@ -218,8 +220,6 @@ class InferenceBackend:
         return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist())) for i, g in enumerate(gens)]
 
     async def complete(self, req: CompletionRequest) -> dict[str, Any]:
-        import asyncio
-
         adapter = self._adapter(req.model)
         prompts = self._prompt_ids(req.prompt)
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
@@ -279,9 +279,6 @@ class InferenceBackend:
             return [ModelCard(self.name), *(ModelCard(n, {"parent": self.name}) for n in self.adapters)]
 
     def prepare(self, request: ChatRequest):
-        from masrl.agents.policy import encode_chat
-        from masrl.serve import sampling_for
-
         adapter = self._adapter(request.model)
         params = sampling_for(SamplingParams(max_new_tokens=256, temperature=1.0), request)
         prompt = encode_chat(self.tokenizer, request.conversation())
@@ -334,8 +331,6 @@ def inference_router(backend: InferenceBackend) -> APIRouter:
 
 def inference_app(loaded: LoadedModel, name: str, adapter_root: Path | None, settings=None, max_adapters: int = 16):
     """The inference server's ASGI app (what `masrl serve --inference` runs)."""
-    from masrl.http import ServerSettings, create_app
-
     backend = InferenceBackend(loaded, name, adapter_root, max_adapters)
-    return create_app(backend, settings or ServerSettings(), title=f"masrl inference: {name}",
-                      routers=[inference_router(backend)])  # fmt: skip
+    return masrl.http.create_app(backend, settings or masrl.http.ServerSettings(), title=f"masrl inference: {name}",
+                                 routers=[inference_router(backend)])  # fmt: skip

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from masrl.checkpoint import latest_checkpoint, read_meta
-from masrl.config import Config, dump_config
+from masrl.config import Config
+from masrl.loading import dump_config
 from masrl.runlog import logged
 from masrl.types import TrainingError
 

@@ -39,7 +39,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from masrl.agents.policy import PolicyAgent, SamplingParams
+from masrl.agents.policy import PolicyAgent
+from masrl.agents.sampling import SamplingParams
+import masrl.http  # create_app is looked up when called: a caller may replace it (tests/test_bases.py)
+from masrl.config import ConfigError
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.api import ServeOptions, Serving
@@ -115,11 +118,9 @@ class SystemBackend:
     """The run's trained system; one request, one greedy episode."""
 
     def __init__(self, engine, name: str):
-        from masrl.systems import resolve_system
-
         self.engine, self.name = engine, name
         self.kind = engine.config.system.kind
-        self.serving: Serving = resolve_system(self.kind).serving
+        self.serving: Serving = engine.spec.serving
         self.modes = tuple(self.serving.modes(engine.system)) if self.serving.modes else ()
         self.items = question_index(engine.task, engine.config.eval.size)
         self._trained = {n: a for n, a in engine.eval_agents.items() if isinstance(a, PolicyAgent)}
@@ -239,8 +240,6 @@ class PolicyBackend:
 
 def backend_for(engine, run_name: str, policy: str | None):
     """The backend `masrl serve` puts behind the server: the system, or one policy with `policy`."""
-    from masrl.config import ConfigError
-
     if policy is None:
         return SystemBackend(engine, run_name)
     trained = [n for n, a in engine.eval_agents.items() if isinstance(a, PolicyAgent)]
@@ -251,6 +250,5 @@ def backend_for(engine, run_name: str, policy: str | None):
 
 def agent_app(agent, name: str, settings=None):
     """Any agent (a local model, a function) behind the server as the chat model `name`."""
-    from masrl.http import ServerSettings, create_app
-
-    return create_app(PolicyBackend(agent, name), settings or ServerSettings(), title=f"masrl: {name}")
+    backend, settings = PolicyBackend(agent, name), settings or masrl.http.ServerSettings()
+    return masrl.http.create_app(backend, settings, title=f"masrl: {name}")

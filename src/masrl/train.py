@@ -46,9 +46,10 @@ from tqdm import tqdm
 
 from masrl import distributed
 from masrl.checkpoint import read_meta
-from masrl.config import Config, ConfigError, load_config, validate
+from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system, write_eval_items
+from masrl.loading import load_config, validate
 from masrl.resume import checkpoint, restore, restore_newest
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout

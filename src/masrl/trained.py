@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from masrl.checkpoint import latest_checkpoint, read_meta
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
 from masrl.engine import Engine, build_engine
 from masrl.resume import restore
 from masrl.types import TrainingError

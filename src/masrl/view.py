@@ -28,58 +28,23 @@ The page, top to bottom:
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from masrl.checkpoint import atomic_write_text
+from masrl.compare import difference, interval, pool_methods, seed_runs
+from masrl.config import ConfigError
+from masrl.evaluate import EVALS_DIR, read_eval_items
+from masrl.registry import resolve_system
+from masrl.run_files import Table, read_jsonl, read_metrics, system_kind
+from masrl.systems.api import SystemSpec
 
 EMA = 0.6  # smoothing weight of the "smoothed" curves (TensorBoard's default slider value)
 
 
-@dataclass(frozen=True)
-class Table:
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    caption: str = ""
-
-
-@dataclass(frozen=True)
-class View:
-    """A section a system adds to the page: plotly figures and tables, read from a run directory's files."""
-
-    title: str
-    figures: tuple = ()  # plotly.graph_objects.Figure
-    tables: tuple[Table, ...] = ()
-    note: str = ""
-
-
 # ---------------------------------------------------------------- reading a run
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run directory?")
-    return read_jsonl(path)
-
-
-def system_kind(run_dir: Path) -> str:
-    import yaml
-
-    path = Path(run_dir) / "config.yaml"
-    saved = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-    return str((saved.get("system") or {}).get("kind", "single"))
-
-
-def system_spec(run_dir: Path):
+def system_spec(run_dir: Path) -> SystemSpec | None:
     """The run's SystemSpec, or None for a plugin that is no longer installed (the engine's parts still draw)."""
-    from masrl.config import ConfigError
-    from masrl.systems import resolve_system
-
     try:
         return resolve_system(system_kind(run_dir))
     except ConfigError:
@@ -110,7 +75,7 @@ def metric_groups(keys: Sequence[str], own: Sequence[str]) -> list[tuple[str, li
 # ---------------------------------------------------------------- figures
 def curve_figure(metric: str, title: str, runs: Sequence[tuple[str, list[dict]]]):
     """One metric, every run overlaid, raw and smoothed traces with a toggle between them."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # lazy: plotly takes about 0.5 s to import; only a page needs it
 
     fig = go.Figure()
     for name, rows in runs:
@@ -149,9 +114,6 @@ def table_html(table: Table) -> str:
 # ---------------------------------------------------------------- evaluations
 def eval_tables(name: str, paths: Sequence[Path]) -> list[Table]:
     """Every saved evaluation of a run (or its seeds pooled): methods with intervals and paired differences."""
-    from masrl.compare import difference, interval, pool_methods
-    from masrl.evaluate import EVALS_DIR, read_eval_items
-
     by_step: dict[str, list[list]] = {}
     for run in paths:
         for f in sorted((run / EVALS_DIR).glob("step-*.json")):
@@ -273,13 +235,11 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222} h2{border-bottom:
 # ---------------------------------------------------------------- the page
 def run_names(paths: Sequence[Path]) -> list[tuple[str, list[Path]]]:
     """Each argument as (name, its run directories): a run, or a prefix of seed runs."""
-    from masrl.compare import seed_runs
-
     return [(str(p), seed_runs(Path(p))) for p in paths]
 
 
 def page_html(paths: Sequence[Path]) -> str:
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # lazy: as in curve_figure
 
     groups = run_names(paths)
     flat = [(str(d) if len(ds) == 1 else f"{name} ({d.name})", d) for name, ds in groups for d in ds]
@@ -340,20 +300,5 @@ def page_html(paths: Sequence[Path]) -> str:
 
 
 def write_page(paths: Sequence[Path], out: Path) -> Path:
-    from masrl.checkpoint import atomic_write_text
-
     atomic_write_text(out, page_html(paths))
     return Path(out)
-
-
-def saved_evaluations(run_dir: Path) -> list[tuple[int, list]]:
-    """Every evaluation a run saved per item, (step, [ItemScores]) in step order (for systems' views)."""
-    from masrl.evaluate import EVALS_DIR, read_eval_items
-
-    out = []
-    for f in sorted((Path(run_dir) / EVALS_DIR).glob("step-*.json")):
-        try:
-            out.append((int(f.stem.split("-")[1]), read_eval_items(f)))
-        except ValueError:
-            continue
-    return out

@@ -18,7 +18,8 @@ import string
 import pytest
 import torch
 
-from masrl.agents.policy import LoraSpec, PolicyModel, SamplingParams, finish_row
+from masrl.agents.policy import LoraSpec, PolicyModel
+from masrl.agents.sampling import SamplingParams, finish_row
 from masrl.algos.losses import kl_k3
 from masrl.models import build_tiny_model, build_tiny_tokenizer, load_model
 from masrl.types import Message, Sample

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from masrl.algos.gae import gae, token_gae, trajectories, whiten
-from masrl.config import load_config
+from masrl.loading import load_config
 from masrl.learners import CRITIC
 from masrl.scoring import score
 from masrl.types import Call, Episode, Reply, TaskItem, TrainingError

@@ -13,7 +13,7 @@ import torch
 from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
 from masrl.algos.credit import CREDITS, GROUPINGS, trainable_calls
-from masrl.config import load_config
+from masrl.loading import load_config
 from masrl.rollout.tree import BRANCH_RULES, PerTurnGreedy, Step, Transition, expand
 from masrl.scoring import score
 from masrl.types import Call, Episode, Message, Reply, TaskItem

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from masrl.algos.losses import behavior_weights, total_loss
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
 from masrl.rollout.ahead import staleness
 from masrl.types import Call, Episode, Reply, Sample, TaskItem
 from masrl.update import UpdateSettings, behavior_tensor, update_policy

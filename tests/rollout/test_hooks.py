@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from smoke import tiny_run
 
-from masrl.config import load_config
+from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.rollout.tree import Expands, Observes, Stateful, SystemHooks
-from masrl.systems import resolve_system
+from masrl.registry import resolve_system
 
 
 class Plain:

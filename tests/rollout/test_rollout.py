@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from masrl.agents.policy import Generation, SamplingParams
+from masrl.agents.sampling import Generation, SamplingParams
 from masrl.algos.credit import tree_q, trainable_calls
 from masrl.rollout.service import GenerationService
 from masrl.rollout.tree import EnvSteps, Parallel, Step, Transition, expand, rollout

@@ -7,10 +7,13 @@ import re
 
 import pytest
 
-from masrl.config import ConfigError, config_model, load_config
+from masrl.config import ConfigError, config_model
+from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.learners import PolicyLearner
-from masrl.systems import BUILTIN, Built, SystemSpec, available_systems, resolve_system
+from masrl.registry import available_systems, resolve_system
+from masrl.systems import BUILTIN
+from masrl.systems.api import Built, SystemSpec
 from masrl.systems.single import SingleAgentSystem, SingleConfig, build_single
 
 
@@ -105,7 +108,7 @@ def test_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch,
 
 
 def test_a_task_family_resolves_by_dotted_path_too():
-    from masrl.tasks import resolve_task
+    from masrl.registry import resolve_task
 
     wc = pytest.importorskip("masrl_writer_critic", reason="scripts/setup.sh installs examples/writer-critic")
     assert resolve_task("masrl_writer_critic:LIST_SUM") is resolve_task("list-sum") is wc.LIST_SUM

@@ -8,16 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from masrl.config import ConfigError, TaskConfig
-from masrl.tasks import (
-    BUILTIN,
-    Grade,
-    Task,
-    build_task,
-    format_reward,
-    grade,
-    held_out,
-    reward_terms,
-)
+from masrl.registry import build_task
+from masrl.tasks import BUILTIN, Grade, Task, format_reward, grade, held_out, reward_terms
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask, _verify, extract_math_answer, math_equal
 from masrl.types import TaskItem

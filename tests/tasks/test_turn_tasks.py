@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from masrl.config import ConfigError, TaskConfig
-from masrl.tasks import BUILTIN, Task, TurnTask, build_task
+from masrl.registry import build_task
+from masrl.tasks import BUILTIN, Task, TurnTask
 from masrl.tasks.moves import parse_moves
 from masrl.tasks.planpath import Maze, PathState, PlanPathTask
 from masrl.tasks.planpath import reward_parts as path_parts

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from masrl.agents.policy import Generation, SamplingParams, encode_chat, generate_batch, to_reply
+from masrl.agents.policy import encode_chat, generate_batch, to_reply
+from masrl.agents.sampling import Generation, SamplingParams
 from masrl.models import LoadedModel, load_model
 from masrl.rollout.service import GenerationService
 from masrl.types import Message, Price, Reply

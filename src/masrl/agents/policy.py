@@ -22,36 +22,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
+from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.algos.losses import token_logprobs
 from masrl.device import CPU, Placement
 from masrl.models import LoadedModel
 from masrl.types import Message, Price, Reply
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_new_tokens: int = 64
-    temperature: float = 1.0  # 0 means greedy
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
-    seed: int | None = None  # sampling only: draw this batch from its own generator seeded so (a served request)
-    logprobs: bool = False  # also return each sampled token's log-prob (the training gateway records them)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-@dataclass(frozen=True)
-class Generation:
-    response_ids: tuple[int, ...]
-    text: str
-    finish_reason: str  # "stop" | "length"
-    # With SamplingParams.logprobs: log softmax(logits / T) of each response token as it was sampled
-    # (T = the temperature, 1 when greedy), the same quantity the trainer computes for its ratios.
-    logprobs: tuple[float, ...] | None = None
-    version: int | None = None  # remote engines: the adapter version that sampled it
 
 
 @dataclass(frozen=True)
@@ -76,18 +53,6 @@ def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
         [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True, tokenize=False
     )
     return tokenizer(text + prefill, add_special_tokens=False)["input_ids"]
-
-
-@torch.no_grad()
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts as one left-padded batch: ids [B, T] and the attention mask [B, T]."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    return ids.to(device), mask.to(device)
 
 
 def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
@@ -118,21 +83,6 @@ def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: S
     return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist())) for i, g in enumerate(rows_out)]
 
 
-def finish_row(tokenizer, tokens: list[int], params: SamplingParams) -> Generation:
-    """Cut a generated row at its end: the first EOS, or a stop string."""
-    eos = tokenizer.eos_token_id
-    end = tokens.index(eos) if eos in tokens else len(tokens)
-    body = tokens[:end]
-    text = tokenizer.decode(body, skip_special_tokens=True)
-    if any(stop in text for stop in params.stop):
-        # generate() halts on the step that completes a stop string and pads
-        # after it (pad may equal EOS): the response is `body`, no padding.
-        return Generation(tuple(body), text, "stop")
-    if end < len(tokens):  # a real EOS: it is part of what the policy chose
-        return Generation(tuple(body + [eos]), text, "stop")
-    return Generation(tuple(body), text, "length")
-
-
 class PolicyModel:
     """A base model carrying one LoRA adapter per policy name.
 
@@ -148,7 +98,6 @@ class PolicyModel:
         keep_reference: bool = True,
         placement: Placement = CPU,
         gradient_checkpointing: bool = False,
-        engine: str = "hf",
     ):
         if not policies:
             raise ValueError("PolicyModel needs at least one policy name")
@@ -159,15 +108,11 @@ class PolicyModel:
                 raise ValueError(f"policy name {name!r} must be an identifier and not part of 'lora_'")
         if lora is None and len(policies) > 1:
             raise ValueError("full fine-tuning trains one policy per base model; use LoRA for several policies")
-        if engine not in ("hf", "lean"):
-            raise ValueError(f"unknown generation engine {engine!r}; known: hf, lean")
-        self.engine = engine
-        self._merged = None  # the lean engine's merged-weights copy (masrl.rollout.decode), built on first use
         self.tokenizer = loaded.tokenizer
         self.policies = tuple(policies)
         self.lora = lora
         self.placement = placement
-        self._lock = threading.Lock()  # one forward/generate at a time on the shared weights
+        self.lock = threading.Lock()  # one forward/generate at a time on the shared weights (either engine)
         self._reference: torch.nn.Module | None = None
         loaded.model.to(placement.device)
         if gradient_checkpointing:  # non-reentrant: works with frozen inputs and LoRA's trainable inner weights
@@ -177,9 +122,11 @@ class PolicyModel:
             if keep_reference:
                 self._reference = copy.deepcopy(loaded.model).eval().requires_grad_(False)
         else:
+            # lazy: peft (with transformers) takes about 2 s to import; a full fine-tune and the
+            # modules that only name the policy's types do without it
             from peft import LoraConfig, get_peft_model
 
-            from masrl.agents.lora_linear import FusedLoraLinear
+            from masrl.agents.lora_linear import FusedLoraLinear  # lazy: it imports peft
 
             cfg = LoraConfig(
                 r=lora.rank,
@@ -210,7 +157,7 @@ class PolicyModel:
         self._check(policy)
         if self.lora is None:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        from peft import get_peft_model_state_dict
+        from peft import get_peft_model_state_dict  # lazy: peft, as in __init__
 
         return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=policy).items()}
 
@@ -219,7 +166,7 @@ class PolicyModel:
         if self.lora is None:
             self.model.load_state_dict(state)
             return
-        from peft import set_peft_model_state_dict
+        from peft import set_peft_model_state_dict  # lazy: peft, as in __init__
 
         result = set_peft_model_state_dict(self.model, state, adapter_name=policy)
         unexpected = getattr(result, "unexpected_keys", [])
@@ -227,13 +174,9 @@ class PolicyModel:
             raise ValueError(f"adapter state for {policy!r} has unexpected keys: {unexpected[:3]}")
 
     def save(self, policy: str, path: Path) -> None:
-        from safetensors.torch import save_file
-
         save_file({k: v.contiguous() for k, v in self.state_dict(policy).items()}, str(path))
 
     def load(self, policy: str, path: Path) -> None:
-        from safetensors.torch import load_file
-
         self.load_state_dict(policy, load_file(str(path)))
 
     # ---- which weights are active -------------------------------------------
@@ -263,32 +206,9 @@ class PolicyModel:
         return encode_chat(self.tokenizer, messages)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
-        if self.engine == "lean":
-            gens, logps = self.sample(prompts, params, policy)
-            if not params.logprobs:
-                return gens
-            return [replace(g, logprobs=tuple(lp)) for g, lp in zip(gens, logps)]
-        with self._lock, self.use(policy) as model, self.placement.autocast():
+        """HF `generate` through peft, the reference engine (the lean one: masrl.rollout.decode.LeanEngine)."""
+        with self.lock, self.use(policy) as model, self.placement.autocast():
             return generate_batch(model, self.tokenizer, prompts, params)
-
-    def sample(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
-    ) -> tuple[list[Generation], list[list[float]]]:
-        """The lean engine (masrl.rollout.decode): generations and each token's sampling log-prob.
-
-        With LoRA it samples from a merged copy of the weights, re-merged here
-        whenever the policy's adapter changed since the last call; full
-        fine-tuning samples from the trained weights themselves."""
-        from masrl.rollout.decode import MergedWeights, sample_batch
-
-        with self._lock, self.placement.autocast():
-            if self.lora is None:
-                with self.use(policy) as model:
-                    return sample_batch(model, self.tokenizer, prompts, params)
-            if self._merged is None:
-                self._merged = MergedWeights(self.model)
-            self._merged.sync(policy)
-            return sample_batch(self._merged.model, self.tokenizer, prompts, params, self._merged.decoder)
 
     # ---- log-probs for the update ---------------------------------------------
     def response_logprobs(

@@ -15,6 +15,7 @@ import os
 from masrl.agents.base import Agent
 from masrl.agents.openai_http import OpenAIChatAgent
 from masrl.agents.replay import ReplayAgent
+from masrl.agents.sampling import SamplingParams
 from masrl.config import ConfigError
 from masrl.pools.champ import load_champ_pool
 from masrl.pools.config import PoolAgentConfig, PoolConfig
@@ -44,7 +45,6 @@ def build_agent(spec: PoolAgentConfig, task, seed: int = 0) -> Agent:
         )  # fmt: skip
     if spec.backend == "hf":
         from masrl.agents.hf_local import HFLocalAgent  # lazy: torch and transformers take over a second
-        from masrl.agents.policy import SamplingParams
 
         if not spec.model:
             raise ConfigError(f"pool agent {spec.name}: backend hf needs model")

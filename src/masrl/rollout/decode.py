@@ -29,15 +29,21 @@ and top-p applied) is returned alongside, so a caller can compare it with
 the trainer's (`PolicyModel.response_logprobs`); the update recomputes
 log-probs with the trainer's model either way (update.py), so float rounding
 in the merged weights never reaches the loss.
+
+`LeanEngine(policy_model).generate` has the signature of `PolicyModel.generate`
+(HF's): the engine builder picks one of the two per base (`rollout.engine`,
+masrl.engine.build_services), so the policy model never imports this engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
-from masrl.agents.policy import Generation, SamplingParams, finish_row, left_pad
+from masrl.agents.policy import PolicyModel
+from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, fused_weights, supported, tie_to_fused
 
 
@@ -180,6 +186,42 @@ def sample_batch(
     return gens, [lp[: len(g.response_ids)] for lp, g in zip(logps, gens)]
 
 
+class LeanEngine:
+    """The lean engine for one `PolicyModel`: its generations, sampled from merged weights.
+
+    With LoRA it samples from a merged copy of the weights (`MergedWeights`, built at the first
+    call), re-merged whenever the policy's adapter changed since the last call; full fine-tuning
+    samples from the trained weights themselves. It holds the model's lock while it samples, as
+    `PolicyModel.generate` does."""
+
+    def __init__(self, model: PolicyModel):
+        self.policy_model = model
+        self.merged: MergedWeights | None = None
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
+    ) -> list[Generation]:
+        """What `PolicyModel.generate` returns, sampled by this engine (log-probs with `params.logprobs`)."""
+        gens, logps = self.sample(prompts, params, policy)
+        if not params.logprobs:
+            return gens
+        return [replace(g, logprobs=tuple(lp)) for g, lp in zip(gens, logps)]
+
+    def sample(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
+    ) -> tuple[list[Generation], list[list[float]]]:
+        """Generations and each token's sampling log-prob."""
+        pm = self.policy_model
+        with pm.lock, pm.placement.autocast():
+            if pm.lora is None:
+                with pm.use(policy) as model:
+                    return sample_batch(model, pm.tokenizer, prompts, params)
+            if self.merged is None:
+                self.merged = MergedWeights(pm.model)
+            self.merged.sync(policy)
+            return sample_batch(self.merged.model, pm.tokenizer, prompts, params, self.merged.decoder)
+
+
 class MergedWeights:
     """A plain copy of a peft-wrapped decoder with one adapter's LoRA merged into its weights.
 
@@ -191,7 +233,7 @@ class MergedWeights:
     version counter), and says whether it did."""
 
     def __init__(self, peft_model):
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import LoraLayer  # lazy: peft's import takes about 1 s; full fine-tuning never merges
 
         self._peft = peft_model
         base = peft_model.get_base_model()

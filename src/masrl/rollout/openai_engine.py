@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from masrl.agents.policy import Generation, SamplingParams
+from masrl.agents.sampling import Generation, SamplingParams
 from masrl.types import AgentError
 
 

@@ -45,7 +45,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from masrl.agents.policy import Generation, LoraSpec, SamplingParams
+from masrl.agents.policy import LoraSpec, PolicyModel
+from masrl.agents.sampling import Generation, SamplingParams
+from masrl.models import load_model
 from masrl.types import AgentError
 
 
@@ -66,9 +68,6 @@ class RolloutWorker:
     """One Ray actor: a base model, the adapters of the last version it loaded, a sampling generator."""
 
     def __init__(self, spec: WorkerSpec, index: int, rng_state: torch.Tensor | None):
-        from masrl.agents.policy import PolicyModel
-        from masrl.models import load_model
-
         torch.set_num_threads(spec.threads)
         loaded = load_model(spec.model, seed=spec.seed, dtype=getattr(torch, spec.dtype))
         self.model = PolicyModel(loaded, spec.policies, spec.lora, keep_reference=False)

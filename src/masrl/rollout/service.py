@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from masrl.agents.policy import Generation, SamplingParams
+from masrl.agents.sampling import Generation, SamplingParams
 
 GenerateFn = Callable[[Sequence[Sequence[int]], SamplingParams, "str | None"], list[Generation]]
 # (the async form, a remote engine's, returns an awaitable of the same list)

@@ -46,10 +46,10 @@ from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
-from masrl.view import Table, View, saved_evaluations
+from masrl.run_files import Table, View, saved_evaluations
 
 __all__ = [
-    "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head", "Legacy",
+    "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head",
     "ItemScores", "Message", "Page", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
     "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View",
     "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent", "reward_terms",
@@ -67,15 +67,6 @@ class Command:
     help: str
     arguments: Callable[[Any], None]  # adds its arguments to an argparse parser
     run: Callable[[Any], int]  # parsed arguments -> exit code
-
-
-@dataclass(frozen=True)
-class Legacy:
-    """Where a built-in system's settings lived before systems became packages (config.migrate)."""
-
-    sections: Mapping[str, str] = field(default_factory=dict)  # old top-level section -> key in system ("" = flat)
-    system_keys: tuple[str, ...] = ()  # old `system.*` keys that were this system's
-    moves: Mapping[str, str] = field(default_factory=dict)  # old dotted key -> new dotted key
 
 
 @dataclass(frozen=True)
@@ -108,7 +99,6 @@ class SystemSpec:
     curves: InitVar[tuple[tuple[str, str], ...] | None] = None  # = page=Page(curves=...)
     views: InitVar[Callable[[Path], Sequence[View]] | None] = None  # = page=Page(views=...)
     serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
-    legacy: Legacy = Legacy()
 
     def __post_init__(self, curves, views) -> None:  # the InitVars above: the page's flat keywords
         if curves is None and views is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from masrl.systems.api import Built, Legacy, Step, SystemSection, SystemSpec, Task, Transition
+from masrl.systems.api import Built, Step, SystemSection, SystemSpec, Task, Transition
 from masrl.tasks.rewards import reward_terms
 from masrl.types import Message, Reply, TaskItem
 
@@ -61,5 +61,4 @@ SYSTEM = SystemSpec(
     config=SingleConfig,
     build=build_single,
     summary="one agent answers; the task grades it (the single-agent baseline)",
-    legacy=Legacy(system_keys=("prompt",)),
 )

@@ -116,7 +116,7 @@ class TurnTask(Task, Protocol):
 
 @dataclass(frozen=True)
 class TaskFamily:
-    """How a run's `task` section becomes a `Task` (masrl.tasks.resolve_task finds it by `task.kind`).
+    """How a run's `task` section becomes a `Task` (masrl.registry.resolve_task finds it by `task.kind`).
 
     `build` gets the whole section (masrl.config.TaskConfig: seed, dataset, difficulty, path, and the
     family's own options in `config`) and raises ValueError or TypeError on options it cannot use.

@@ -1,34 +1,35 @@
 """The built-in task families: how each turns the config's `task` section into a `Task`.
 
-Each builder reads the section (masrl.config.TaskConfig) and imports its task module only when
-used. Option mistakes surface as ValueError or TypeError, which `build_task` turns into one
-config error naming the family.
+Each builder reads the section (masrl.config.TaskConfig). Option mistakes surface as ValueError
+or TypeError, which `masrl.registry.build_task` turns into one config error naming the family.
+The task modules are light to import (reasoning-gym, the slow one, is imported by MathTask when
+it first draws a problem); the turn-based environments are named by module path and imported
+when built.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from masrl.tasks.base import Task, TaskFamily
+from masrl.tasks.jsonl import JsonlTask
+from masrl.tasks.math import MathTask, MixedMathTask
+from masrl.tasks.mathturn import MathTurnTask
+from masrl.tasks.search import SearchTask, load_corpus
 
 
 def _math(spec: Any) -> Task:
-    from masrl.tasks.math import MathTask, MixedMathTask
-
     if spec.difficulty == "mixed":
         return MixedMathTask(spec.dataset, seed=spec.seed, config=dict(spec.config))
     return MathTask(dataset=spec.dataset, seed=spec.seed, difficulty=spec.difficulty, config=dict(spec.config))
 
 
 def _jsonl(spec: Any) -> Task:
-    from masrl.tasks.jsonl import JsonlTask
-
     return JsonlTask(spec.path, seed=spec.seed)
 
 
 def _search(spec: Any) -> Task:
-    from masrl.tasks.search import SearchTask, load_corpus
-
     options = dict(spec.config)
     known = ("pages", "train_questions", "eval_questions", "synthetic")
     unknown = sorted(set(options) - set(known))
@@ -40,8 +41,6 @@ def _search(spec: Any) -> Task:
 
 
 def _math_turns(spec: Any) -> Task:
-    from masrl.tasks.mathturn import MathTurnTask
-
     difficulty = "easy" if spec.difficulty == "mixed" else spec.difficulty
     return MathTurnTask(dataset=spec.dataset, seed=spec.seed, difficulty=difficulty, **spec.config)
 
@@ -50,8 +49,6 @@ def _turn_task(module: str, name: str):
     """A turn-based environment whose constructor takes the seed and `task.config` as keywords."""
 
     def build(spec: Any) -> Task:
-        import importlib
-
         return getattr(importlib.import_module(module), name)(seed=spec.seed, **spec.config)
 
     return build

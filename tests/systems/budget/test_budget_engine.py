@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from masrl.cli import main
-from masrl.config import load_config
+from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.learners import CRITIC
 from masrl.rollout.tree import Parallel, rollout

@@ -163,7 +163,7 @@ def test_replay_answers_from_the_recording_and_refuses_a_different_request():
 def tiny_engine_agents(tmp_path_factory):
     from pathlib import Path
 
-    from masrl.config import load_config
+    from masrl.loading import load_config
     from masrl.engine import build_engine
     from smoke import tiny_run
 

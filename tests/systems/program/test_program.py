@@ -18,14 +18,15 @@ import torch
 
 from masrl.algos.credit import trainable_calls
 from masrl.cli import main
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.rollout.tree import Parallel, PerTurnGreedy, expand, rollout
 from masrl.systems.program import interpreter
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.runner import parse_last_line
 from masrl.systems.program.system import ProgramSystem, checked, fault_metrics
-from masrl.tasks import build_task
+from masrl.registry import build_task
 from masrl.scoring import score
 from masrl.types import TaskItem
 from smoke import tiny_run

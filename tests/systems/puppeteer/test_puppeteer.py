@@ -12,7 +12,8 @@ import torch
 
 from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.credit import tree_q
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
 from masrl.systems.puppeteer.head import HeadAgent, HeadChoice, HeadLearner, reinforce_loss, scoring_head
 from masrl.systems.puppeteer.returns import path_returns, step_cost, step_costs
 from masrl.systems.puppeteer.space import (
@@ -266,7 +267,7 @@ def test_flop_costs_weigh_tokens_by_model_size():
 
 
 def test_flop_costs_need_every_models_size():
-    from masrl.tasks import build_task
+    from masrl.registry import build_task
     from masrl.systems.puppeteer.system import build_puppeteer
 
     config = load_config("puppeteer-head", ["system.cost=flops", "system.model_params={sim-weak: 1.5}",

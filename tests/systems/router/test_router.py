@@ -451,7 +451,7 @@ def test_mixed_task_interleaves_levels_and_keeps_splits_apart():
 
 def test_pool_from_a_list_of_agents(tmp_path):
     from masrl.agents.replay import record_jsonl
-    from masrl.config import load_config
+    from masrl.loading import load_config
     from masrl.pools.build import build_pool
     from masrl.types import Message
 

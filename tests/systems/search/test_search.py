@@ -26,7 +26,8 @@ from masrl.algos.credit import (
     regroup_singletons,
     round_robin_groups,
 )
-from masrl.config import ConfigError, load_config
+from masrl.config import ConfigError
+from masrl.loading import load_config
 from masrl.retrieval.corpus import SyntheticConfig, write_jsonl
 from masrl.retrieval.synthetic import generate_corpus
 from masrl.retrieval.index import BM25Index
@@ -361,7 +362,7 @@ def test_config_mistakes_are_clear():
         load_config("single-arithmetic", ["model.name=tiny", "sampler.rule=round_robin"])
     with pytest.raises(ConfigError, match="fork_probs"):
         load_config("search-rr", ["model.name=tiny", "sampler.fork_probs=[0, 0, 0]"])
-    from masrl.tasks import build_task
+    from masrl.registry import build_task
 
     with pytest.raises(ConfigError, match="unknown keys"):
         build_task(load_config("search-fof", ["model.name=tiny", "task.config={synthetic: {actors: 3}}"]).task)

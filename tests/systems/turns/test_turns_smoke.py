@@ -10,7 +10,7 @@ import torch
 
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
-from masrl.config import load_config
+from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.rollout.tree import rollout
 from masrl.types import Sample

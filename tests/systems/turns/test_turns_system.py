@@ -103,8 +103,9 @@ def test_per_turn_greedy_tree_over_the_system():
 
 
 def test_config_mistakes_are_clear():
-    from masrl.config import ConfigError, load_config
-    from masrl.tasks import build_task
+    from masrl.config import ConfigError
+    from masrl.loading import load_config
+    from masrl.registry import build_task
 
     with pytest.raises(ConfigError, match="system.kind 'turns' runs only task families made for it"):
         load_config("turns-planpath", ["task.kind=math"])

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, Page, Serving, SystemSpec, lazy
+from masrl.systems.api import Page, Serving, SystemSpec, lazy
 from masrl.systems.budget.config import BudgetConfig, check_budget
 from masrl.systems.budget.system import build_budget
 
@@ -29,5 +29,4 @@ SYSTEM = SystemSpec(
         configure=lazy("masrl.systems.budget.serving:configure"),
         modes=lazy("masrl.systems.budget.serving:modes"),
     ),
-    legacy=Legacy(sections={"budget": "", "pool": "pool"}),
 )

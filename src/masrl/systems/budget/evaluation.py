@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from masrl.evaluate import ItemScores
+from masrl.evaluate import ItemScores, SystemEval
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.budget.system import ALONE, CONTROLLER, BudgetSystem
 from masrl.types import Episode, Reply, TaskItem
@@ -309,8 +309,6 @@ def eval_metrics(results: Sequence[ModeEval]) -> dict[str, float]:
 def evaluate_budget(engine, items: Sequence[TaskItem], full: bool):
     """The controller under each budget mode; `full` adds the scripted reference rows, the report,
     budget_results.md/json and the cost-accuracy plot."""
-    from masrl.evaluate import SystemEval
-
     b = engine.config.system
     results = evaluate_modes(engine.system, engine.eval_agents, items, b.eval_modes)
     metrics = eval_metrics(results)

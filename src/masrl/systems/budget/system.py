@@ -54,9 +54,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from masrl.config import ConfigError
+from masrl.pools.build import build_pool
 from masrl.rollout.tree import Step, Transition
 from masrl.systems.action import Action, ActionKind, LabelStyle
 from masrl.systems.api import Built, match_agent
+from masrl.systems.budget.experts import priced_pool
 from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Price, Reply, TaskItem
@@ -367,16 +370,10 @@ class BudgetSystem:
 # ---------------------------------------------------------------- from config
 def build_budget(config, task: Task) -> Built:
     """The controller over a priced expert pool, with the configured modes, prices and reward."""
-    from masrl.config import ConfigError
-
     b = config.system
     if b.experts == "simulated":
-        from masrl.systems.budget.experts import priced_pool
-
         pool = priced_pool(seed=b.pool.seed, task=task)
     else:
-        from masrl.pools.build import build_pool
-
         pool = build_pool(b.pool, task)
     prices = {name: agent.price for name, agent in pool.items() if isinstance(getattr(agent, "price", None), Price)}
     prices.update({name: Price(p.input_per_1k, p.output_per_1k) for name, p in b.prices.items()})

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from masrl.run_files import Table, View, saved_evaluations
+from masrl.stats import bootstrap_mean
+
 
 def budget_views(run_dir: Path) -> list:
-    import plotly.graph_objects as go
-
-    from masrl.stats import bootstrap_mean
-    from masrl.view import Table, View, saved_evaluations
+    import plotly.graph_objects as go  # lazy: plotly loads only when a page is drawn
 
     evals = saved_evaluations(run_dir)
     if not evals:

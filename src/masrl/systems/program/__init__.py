@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from masrl.config import ConfigError
+from masrl.pools.build import build_agent
 from masrl.systems.api import Built, SystemSpec
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.system import ProgramSystem
@@ -36,8 +37,6 @@ def interpreter(command: list[str]) -> list[str]:
 
 
 def build(config, task) -> Built:
-    from masrl.pools.build import build_agent
-
     c = config.system.model_copy(update={"command": interpreter(config.system.command)})
     program = c.command[0]
     where = Path(c.cwd or ".") / program

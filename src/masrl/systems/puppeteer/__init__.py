@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, Page, SystemSpec, lazy
+from masrl.systems.api import Page, SystemSpec, lazy
 from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer
 from masrl.systems.puppeteer.system import build_puppeteer
 
@@ -27,5 +27,4 @@ SYSTEM = SystemSpec(
     check=check_puppeteer,
     rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
     page=Page(views=lazy("masrl.systems.puppeteer.views:puppeteer_views")),
-    legacy=Legacy(sections={"puppeteer": "", "pool": "pool"}, system_keys=("prefill",)),
 )

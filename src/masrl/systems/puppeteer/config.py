@@ -8,6 +8,7 @@ from pydantic import Field
 
 from masrl.pools.config import PoolConfig, check_pool
 from masrl.systems.api import Config, SystemSection
+from masrl.systems.puppeteer.space import PATTERNS, TOOLS, resolve_folder
 
 
 class PuppeteerConfig(SystemSection):
@@ -46,8 +47,6 @@ class PuppeteerConfig(SystemSection):
 
 
 def check_puppeteer(config: Config) -> None:
-    from masrl.systems.puppeteer.space import PATTERNS, TOOLS, resolve_folder
-
     p = config.system
     check_pool(p.pool, config.task.kind, needs_agents=False)
     for key, given, known in (("patterns", p.patterns, PATTERNS), ("tools", p.tools, TOOLS)):

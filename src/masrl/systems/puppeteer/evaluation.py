@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from masrl.evaluate import ItemScores
+from masrl.evaluate import ItemScores, SystemEval
 from masrl.rollout.tree import Parallel, rollout
+from masrl.run_files import read_metrics, series
 from masrl.systems.puppeteer.system import vote_accuracy, voted_answer
 from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 from masrl.types import Episode, TaskItem
@@ -79,8 +80,6 @@ def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[
 
 def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
     """W paths per task and the vote; in a run directory also each evaluation's graphs and the HTML view."""
-    from masrl.evaluate import SystemEval
-
     result = evaluate_puppeteer(engine, items)
     m = result.metrics
     line = (
@@ -156,11 +155,37 @@ def svg_graph(nodes: Sequence[str], edges: Sequence[tuple[str, str, int]], title
     return "".join(parts)
 
 
+def svg_line(points: list[tuple[int, float]], title: str, width: int = 420, height: int = 180) -> str:
+    """A line chart of (step, value) points as inline SVG: the page needs no plotting library."""
+    if not points:
+        return ""
+    pad = 34
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y0, y1 = min(0.0, min(ys)), max(ys) if max(ys) > min(0.0, min(ys)) else 1.0
+
+    def sx(x: float) -> float:
+        return pad + (x - x0) / (x1 - x0) * (width - 2 * pad)
+
+    def sy(y: float) -> float:
+        return height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad)
+
+    poly = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
+    dots = "".join(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5"/>' for x, y in points)
+    return (
+        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" font-size="11">'
+        f'<text x="{pad}" y="14">{html.escape(title)}</text>'
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
+        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>'
+        f'<text x="2" y="{sy(y1) + 4:.0f}">{y1:.2f}</text><text x="2" y="{sy(y0) + 4:.0f}">{y0:.2f}</text>'
+        f'<text x="{pad}" y="{height - 12}">step {x0}</text><text x="{width - pad - 40}" y="{height - 12}">step {x1}</text>'
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{poly}"/><g fill="#1f77b4">{dots}</g></svg>'
+    )
+
+
 def write_puppeteer_report(run_dir: Path) -> Path:
     """RUN_DIR/puppeteer.html: curves of tokens, accuracy and topology, the initial-vs-evolved
     table, and the orchestration graphs of the first and the latest evaluation."""
-    from masrl.report import read_metrics, series, svg_line
-
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     charts = "".join(svg_line(series(rows, key), title) for key, title in CHARTS)

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from masrl.models import load_model
+from masrl.retrieval.index import minilm_encoder
 from masrl.rollout.tree import CALL_ADDRESS, address_seed
 from masrl.types import Message, Reply, Sample
 
@@ -213,8 +215,6 @@ class HeadLearner:
 # ---------------------------------------------------------------- encoders
 def base_encoder(model_name: str, max_length: int = 256) -> tuple[Encoder, int]:
     """The mean of a frozen base LLM's last hidden states (its own copy); returns (encoder, D)."""
-    from masrl.models import load_model
-
     loaded = load_model(model_name)
     model = loaded.model.eval().requires_grad_(False)
     tok = loaded.tokenizer
@@ -232,8 +232,6 @@ def base_encoder(model_name: str, max_length: int = 256) -> tuple[Encoder, int]:
 
 def build_encoder(kind: str, model_name: str) -> tuple[Encoder, int]:
     if kind == "minilm":
-        from masrl.retrieval.index import minilm_encoder
-
         return minilm_encoder(), 384
     if kind == "base":
         return base_encoder(model_name)

@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Protocol
 
 from masrl.agents.base import Agent, approx_tokens
+from masrl.retrieval.corpus import Page
+from masrl.retrieval.index import BM25Index
+from masrl.sandbox import run_code
 from masrl.types import Message, Reply
 
 TERMINATOR = "terminator"
@@ -116,8 +119,6 @@ class PythonTool:
     max_chars: int = 600
 
     def __call__(self, parameter: str) -> str:
-        from masrl.sandbox import run_code
-
         # SandboxError (no isolation here, or a broken sandbox) propagates: a run whose tool
         # silently answers "unavailable" trains on a different task than the one configured.
         res = run_code(parameter, timeout=self.timeout, cpu_seconds=self.timeout, memory_mb=256)
@@ -142,9 +143,6 @@ class FileTool:
 
 class SearchTool:
     def __init__(self, root: Path, k: int = 2, max_chars: int = 400):
-        from masrl.retrieval.corpus import Page
-        from masrl.retrieval.index import BM25Index
-
         pages = [Page(id=name, title=name, text=(root / name).read_text(errors="replace")) for name in list_files(root)]
         if not pages:
             raise ValueError(f"the search tool needs text files in {root}")

@@ -38,10 +38,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from masrl.config import ConfigError
+from masrl.pools.build import build_pool
 from masrl.rollout.tree import Step, Transition
-from masrl.systems.api import Built, Head
+from masrl.systems.api import Built, Head, match_agent
 from masrl.systems.puppeteer.returns import step_cost
-from masrl.systems.puppeteer.space import TERMINATOR, AgentSpec
+from masrl.systems.puppeteer.space import (
+    TERMINATOR, AgentSpec, agent_space, build_tools, list_files, resolve_folder, space_agents,
+)  # fmt: skip
 from masrl.systems.puppeteer.topology import topology_metrics
 from masrl.systems.puppeteer.vote import majority_vote
 from masrl.tasks.base import Task
@@ -104,8 +108,6 @@ def parse_choice(text: str, actions: Sequence[str]) -> str | None:
 
     Numbers because a small untrained model writes "<agent>3</agent>" far more often than
     a long exact name (SmolLM2-135M named no agent in 12 of 12 probes)."""
-    from masrl.systems.api import match_agent
-
     found = _AGENT.findall(text)
     name = (found[0] if found else text).strip()
     if name.isdigit():
@@ -236,10 +238,6 @@ def vote_accuracy(task: Task, episodes: Sequence[Episode]) -> float:
 # ---------------------------------------------------------------- from config
 def build_puppeteer(config, task: Task) -> Built:
     """The agent space over the configured pool's models, the tools, and the orchestrator policy."""
-    from masrl.config import ConfigError
-    from masrl.pools.build import build_pool
-    from masrl.systems.puppeteer.space import agent_space, build_tools, list_files, resolve_folder, space_agents
-
     p = config.system
     models = build_pool(p.pool, task)
     try:
@@ -265,6 +263,8 @@ def build_puppeteer(config, task: Task) -> Built:
 
 
 def build_head(config, actions: Sequence[str]) -> Head:
+    # lazy: the head imports torch (about 1 s), which resolving the system (`masrl systems`, every
+    # config load) should not pay; only `system.policy: head` builds one
     from masrl.systems.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
 
     p = config.system

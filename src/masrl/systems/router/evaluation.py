@@ -38,7 +38,8 @@ from masrl.agents.base import Agent
 from masrl.evaluate import ItemScores
 from masrl.rollout.tree import Parallel, Step, Transition, rollout
 from masrl.systems.action import Action, ActionKind
-from masrl.systems.router.system import CONTROLLER, RouterState, RouterSystem
+from masrl.systems.router.baselines import labels_from_agents
+from masrl.systems.router.system import AGENT_PROMPT, CONTROLLER, RouterState, RouterSystem
 from masrl.tasks.base import Task
 from masrl.types import Episode, Message, Reply, TaskItem
 
@@ -277,8 +278,6 @@ def evaluate_one_shot(
     prompt: str | None = None,
 ) -> RouterEval:
     """A router with `choose(items) -> [agent]` (masrl.systems.router.baselines), the chosen agent's draft final."""
-    from masrl.systems.router.system import AGENT_PROMPT
-
     started = time.perf_counter()
     agents = tuple(pool)
     reset_pool(pool)
@@ -305,9 +304,6 @@ def solver_profile(pool: Mapping[str, Agent], task: Task, items: Sequence[TaskIt
 
     For a simulated or recorded pool this is the same draw the evaluation sees
     (attempt 0 after a reset); for live endpoints it costs one call per agent and item."""
-    from masrl.systems.router.baselines import labels_from_agents
-    from masrl.systems.router.system import AGENT_PROMPT
-
     reset_pool(pool)
     labels = labels_from_agents(pool, items, task, prompt or AGENT_PROMPT)
     return {item.id: list(solved) for item, solved in zip(labels.items, labels.solved)}

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from masrl.evaluate import SystemEval
+from masrl.systems.router import baselines as b
 from masrl.systems.router.evaluation import (
     RouterEval,
     detail_text,
@@ -39,8 +41,6 @@ def router_results(engine, items: Sequence[TaskItem], baselines: Sequence[str] =
 
 def baseline_routers(engine, names: Sequence[str]) -> list:
     """The one-shot routers `names` asks for, fitted on pool-correctness labels of training items."""
-    from masrl.systems.router import baselines as b
-
     agents = tuple(engine.frozen)
     routers: list = []
     if "single" in names:
@@ -82,8 +82,6 @@ def write_router_results(run_dir: Path, results: Sequence[RouterEval], engine) -
 
 def evaluate_router(engine, items: Sequence[TaskItem], full: bool):
     """The controller under the usage caps; `full` adds the one-shot baselines, the report and results.md/json."""
-    from masrl.evaluate import SystemEval
-
     results = router_results(engine, items, baselines=engine.config.system.baselines if full else ())
     c = results[0]
     metrics = {"accuracy": c.accuracy, "cost": c.cost, "calls_per_item": c.calls_per_item,

@@ -38,6 +38,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from masrl.config import ConfigError
+from masrl.pools.build import build_pool
 from masrl.rollout.tree import Step, Transition
 from masrl.systems.action import Action, ActionKind, LabelStyle
 from masrl.systems.api import Built, match_agent
@@ -374,9 +376,6 @@ def build_router(config, task: Task) -> Built:
     """The controller over the configured pool (weak to strong), caps and multipliers.
 
     The controller's reply ends with its routing tag (and with numbered options, its verdict's)."""
-    from masrl.config import ConfigError
-    from masrl.pools.build import build_pool
-
     r = config.system
     pool = build_pool(r.pool, task)
     names = tuple(pool)

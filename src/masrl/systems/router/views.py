@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from masrl.run_files import View, read_metrics
+
 
 def router_views(run_dir: Path) -> list:
-    import plotly.graph_objects as go
-
-    from masrl.view import View, read_metrics
+    import plotly.graph_objects as go  # lazy: plotly loads only when a page is drawn
 
     run_dir = Path(run_dir)
     views = []

@@ -12,7 +12,7 @@ the task (multi-hop questions over a corpus) is masrl.tasks.search.
 
 from __future__ import annotations
 
-from masrl.systems.api import GENERAL_RULES, Legacy, Page, SystemSpec, lazy
+from masrl.systems.api import GENERAL_RULES, Page, SystemSpec, lazy
 from masrl.systems.search.config import SearchConfig
 from masrl.systems.search.system import build_search
 
@@ -32,9 +32,5 @@ SYSTEM = SystemSpec(
             ("answerer/words", "answerer: answer length in words (MHGPO fig. 8)"),
         ),
         views=lazy("masrl.systems.search.views:search_views"),
-    ),
-    legacy=Legacy(
-        sections={"search": ""},
-        moves={f"search.{k}": f"task.config.{k}" for k in ("pages", "train_questions", "eval_questions", "synthetic")},
     ),
 )

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from masrl.algos.credit import FINAL, round_robin_groups, trainable_calls
 from masrl.retrieval.corpus import Page
-from masrl.retrieval.index import Retriever, search_many
+from masrl.retrieval.index import BM25Index, DenseIndex, Retriever, search_many
 from masrl.rollout.tree import Step, Transition
 from masrl.systems.api import Built, ConfigError
 from masrl.tasks.search import SearchTask, extract_short_answer, qa_metrics
@@ -298,8 +298,6 @@ def pipeline_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 
 # ---------------------------------------------------------------- builder
 def build_retriever(task: SearchTask, config) -> Retriever:
-    from masrl.retrieval.index import BM25Index, DenseIndex
-
     sc = config.system
     cache = Path(sc.cache_dir).expanduser() if sc.cache_dir else Path.home() / ".cache" / "masrl" / "retrieval"
     if sc.retriever == "dense":

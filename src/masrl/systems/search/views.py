@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
+from masrl.run_files import Table, View, saved_evaluations
+from masrl.stats import bootstrap_mean
+
 
 def search_views(run_dir: Path) -> list:
-    import plotly.graph_objects as go
-    import yaml
-
-    from masrl.stats import bootstrap_mean
-    from masrl.view import Table, View, saved_evaluations
+    import plotly.graph_objects as go  # lazy: plotly takes about 0.5 s to import; only the run page draws
 
     evals = saved_evaluations(run_dir)
     if not evals:

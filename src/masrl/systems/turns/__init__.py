@@ -12,7 +12,7 @@ grouping rule (masrl.algos.credit).
 
 from __future__ import annotations
 
-from masrl.systems.api import Legacy, SystemSpec
+from masrl.systems.api import SystemSpec
 from masrl.systems.turns.config import TurnsConfig
 from masrl.systems.turns.system import build_turns
 
@@ -22,5 +22,4 @@ SYSTEM = SystemSpec(
     build=build_turns,
     summary="agents act in turn on an environment; per-turn trees, team + local rewards (AT-GRPO)",
     own_tasks=True,
-    legacy=Legacy(sections={"turns": ""}),
 )
