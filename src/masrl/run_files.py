@@ -2,7 +2,7 @@
 
 What a run writes (RUN/metrics.jsonl, RUN/samples.jsonl, RUN/config.yaml, RUN/evals/step-N.json)
 is read here, and `Table` and `View` are the plain data a system's views hand the run page
-(SystemSpec.views). The page builder (masrl.view), the report and the systems' own views all
+(SystemSpec.page.views). The page builder (masrl.view), the report and the systems' own views all
 read through this module; it imports nothing above the evaluation layer, so the system API
 can name `View` without importing the page (docs/architecture.md).
 """

@@ -3,7 +3,7 @@
 `run_code(code, ...)` starts a fresh interpreter, runs `code` as its main
 program and returns a `SandboxResult` (status, stdout, stderr, return code,
 wall time, truncated).  The tool agents and the code task call it; the paper's
-tool and coder agents (AT-GRPO, ../shared/papers/at-grpo-pettingllms.txt,
+tool and coder agents (AT-GRPO, arXiv:2510.11062,
 appendix A.2) execute their code the same way.
 
 How one call runs, and why each step is there

@@ -1,6 +1,6 @@
 """Typed records that cross module boundaries: messages, replies, calls, episodes.
 
-Vocabulary (see DESIGN.md, "One engine"):
+Vocabulary (see docs/usage.md, "The engine in one paragraph"):
 - a **Reply** is what any agent backend returns: text, token counts, cost, and
   for a trainable policy the token ids it sampled;
 - a **Call** is one agent invocation inside an episode, with its prompt, reply,

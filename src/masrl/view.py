@@ -14,10 +14,10 @@ The page, top to bottom:
    intervals and the paired difference of the system's own method against
    each other method (masrl.compare, from RUN/evals/step-N.json); seed
    siblings (RUN-seed0, RUN-seed1, ...) pooled per item;
-2. the system's own views (SystemSpec.views: the router's usage and
+2. the system's own views (SystemSpec.page.views: the router's usage and
    confusion matrices, the budget controller's cost-accuracy per mode, ...);
 3. training curves: every metric of metrics.jsonl, one chart per metric,
-   every run overlaid; the run's system's own curves (SystemSpec.curves)
+   every run overlaid; the run's system's own curves (SystemSpec.page.curves)
    first, then the engine's grouped by their prefix; each chart has a
    raw / smoothed toggle (an exponential moving average);
 4. episode trees from samples.jsonl: pick a run and step; each task's tree

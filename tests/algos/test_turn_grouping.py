@@ -1,5 +1,5 @@
 """AT-GRPO's agent- and turn-wise grouping, immediate credit and per-turn greedy tree
-(at-grpo-pettingllms.txt, Algorithm 1) on hand-built calls and a scripted tree."""
+(AT-GRPO (arXiv:2510.11062), Algorithm 1) on hand-built calls and a scripted tree."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ def test_an_old_layout_config_loads_as_the_new_one_and_says_what_moved(tmp_path,
     err = capsys.readouterr().err
     assert "the router: section is now system" in err and "the pool: section is now system.pool" in err
     assert "ignored the sections of other systems: budget" in err
-    # An old override on a new config moves the same way (the README's measured commands keep working).
+    # An old override on a new config moves the same way (the docs' measured commands keep working).
     assert load_config(new, ["router.dual_lr=0.1", "pool.seed=4"]).system.pool.seed == 4
     search = load_config("search-fof", ["search.synthetic={people: 60}", "system.kind=pipeline"])
     assert search.system.kind == "search" and search.task.config == {"synthetic": {"people": 60}}

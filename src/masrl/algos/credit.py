@@ -6,13 +6,13 @@ did not fail of gamma^(turns between them) * Q(child) (0 for a call that ended
 its trajectory). On a
 tree that branches only at the root (parallel sampling) it is the plain
 return-to-go of each trajectory; on a full tree it is the critique-and-routing
-controller's recursion (critique-routing-controller.txt, appendix E.2).
+controller's recursion (Critique-and-routing (arXiv:2605.08686), appendix E.2).
 
 Grouping decides which calls are compared: `task` compares calls of the same
 task, role and turn (GRPO over G parallel episodes); `siblings` compares the
 candidates drawn at the same tree node.
 
-Turn-based cooperating agents (at-grpo-pettingllms.txt, sec. 4, Algorithm 1)
+Turn-based cooperating agents (AT-GRPO (arXiv:2510.11062), sec. 4, Algorithm 1)
 use `immediate` credit, R(c) = c.reward: each of the K candidates drawn at an
 (environment, agent, turn) is scored by its own mixed team + local reward
 (eq. 4), because under greedy continuation only the best one has a future
@@ -22,7 +22,7 @@ grouping is `agent_turn`: the key hash(e, i, t) of Algorithm 1, line 11
 one node per (agent, turn) branches, so these groups are exactly the sibling
 candidates drawn from one observation.
 
-The multi-agent search pipeline (mhgpo-search-system.txt, "Method: MHGPO")
+The multi-agent search pipeline (MHGPO (arXiv:2506.02718), "Method: MHGPO")
 uses `descendant_mean` credit: a call's shared reward is the mean final
 reward (`rewards["final"]`, the answer's F1) over the final calls that
 descend from it (eq. 4 with Aggr = mean, applied over whole sub-trees), plus

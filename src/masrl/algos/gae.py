@@ -13,7 +13,7 @@ lam = 1 gives the Monte-Carlo return minus V_t; lam = 0 the one-step TD error.
 
 A *trajectory* of a multi-agent episode is one root-to-leaf path of its call
 tree, seen as the token sequence of the trained policies' responses on that
-path, in order (corl-budget-controller.txt, sec. 3.1-3.2: the controller's
+path, in order (CoRL (arXiv:2511.02755), sec. 3.1-3.2: the controller's
 rounds interleaved with expert replies; the expert tokens are masked out of
 the loss). Tokens other agents wrote live only in later prompts, so they are
 never time steps here and never receive a gradient. Each call's reward sits

@@ -11,7 +11,7 @@ decision, keep all"; per-turn greedy trees and fork-at-agent are other rules
 over the same routine (`PerTurnGreedy` is AT-GRPO's: K candidates per
 decision, the best-rewarded one continues).
 
-The search pipeline's samplers (mhgpo-search-system.txt, appendix A) are
+The search pipeline's samplers (MHGPO (arXiv:2506.02718), appendix A) are
 rules too: `ForkAt(G, d)` is Algorithm 2's fork_on (one-to-one before and
 after depth d, G candidates at d); Fork-on-first is `ForkAt(G, 0)`. A rule
 may instead draw a per-task plan: `plans(task)` returns the rules whose
@@ -40,7 +40,7 @@ batch, the call's id in its tree), so an agent that draws at random can key
 its draw on it, and the episode lists its calls level by level in tree order,
 so the update sums its samples in the same order. A run resumed after a kill
 then draws exactly what the uninterrupted one drew. Without a key, calls are
-listed as they finished (the order every measured run in the README used).
+listed as they finished (the order every measured run in the docs used).
 
 A rollout in lockstep (`rollout(..., lockstep=True)`) grows every task's tree
 level by level together, by the same rules: a level's calls are drawn at once
@@ -199,7 +199,7 @@ class FullTree:
 
 @dataclass(frozen=True)
 class PerTurnGreedy:
-    """AT-GRPO's tree-structured sampling (at-grpo-pettingllms.txt, sec. 4, Algorithm 1, line 13):
+    """AT-GRPO's tree-structured sampling (arXiv:2510.11062, sec. 4, Algorithm 1, line 13):
     at every decision draw K candidates from the same observation and continue only the one
     with the highest immediate reward (the first on a tie; failed candidates never win).
     Steps marked `branch=False` are drawn once. K = 1 is a single greedy-free rollout."""

@@ -2,8 +2,8 @@
 
 A task family hands out `TaskItem`s by position (item i of a split is always
 the same for the same seed), pulls a final answer out of a model response, and
-scores that answer against the item's gold answer. A task owns its reward
-(STYLE.md 7): nothing outside the family needs to know how it verifies.
+scores that answer against the item's gold answer. A task owns its reward:
+nothing outside the family needs to know how it verifies.
 
 Disjointness of train and eval is decided by the question text, not by the
 index or the seed: `held_out(question, fraction)` hashes the text and sends a
@@ -78,7 +78,7 @@ def held_out(question: str, fraction: float) -> bool:
 @runtime_checkable
 class TurnTask(Task, Protocol):
     """A task whose instance is an environment that agents' actions step, turn after turn
-    (the turn-based cooperating agents of at-grpo-pettingllms.txt). All methods but a code
+    (the turn-based cooperating agents of AT-GRPO (arXiv:2510.11062)). All methods but a code
     task's checks are pure, and none raises on a malformed action (None)."""
 
     roles: tuple[str, ...]  # the agent roles its rewards are designed for, in acting order

@@ -1,4 +1,4 @@
-"""Code with a coder and a unit tester (at-grpo-pettingllms.txt, appendix A.1.2 and A.2).
+"""Code with a coder and a unit tester (AT-GRPO (arXiv:2510.11062), appendix A.1.2 and A.2).
 
 Problems are procedural function-synthesis tasks (our own): a family of
 small functions (`FAMILIES`), each with parameters drawn by the seeded

@@ -2,7 +2,7 @@
 
 Each game is a handful of pure functions over its own immutable state: parse a reply into an
 action, the start state of an item, one environment step, whether a state is solved, the state
-as text, and the reward components of a step (at-grpo-pettingllms.txt, appendix A.1). `GridGame`
+as text, and the reward components of a step (AT-GRPO (arXiv:2510.11062), appendix A.1). `GridGame`
 turns those into the `Task` and `TurnTask` protocols (masrl/tasks/base.py) once, so a game
 module holds its rules and its generator and nothing else:
 

@@ -1,4 +1,4 @@
-"""Math with a reasoner and a Python tool agent (at-grpo-pettingllms.txt, appendix A.1.1 and A.2).
+"""Math with a reasoner and a Python tool agent (AT-GRPO (arXiv:2510.11062), appendix A.1.1 and A.2).
 
 Problems come from a reasoning-gym dataset through `MathTask` (its seeded,
 disjoint splits). Each turn the tool agent writes a program whose printed

@@ -1,7 +1,7 @@
 """Reading a list of grid moves (U, D, L, R) out of a model's text, tolerantly.
 
 The grid games (Plan-Path, Sokoban) take an action list such as `[U, R, R, D]`
-(at-grpo-pettingllms.txt, appendix A.2: "the program's output IS the action
+(AT-GRPO (arXiv:2510.11062), appendix A.2: "the program's output IS the action
 list"). A reply may wrap it in prose, quote the symbols, spell them out
 ("up", "Right") or write them run together ("URRD"). `parse_moves` finds the
 list and returns the letters, or None when the text holds no list it can

@@ -1,4 +1,4 @@
-"""Plan-Path: reach the goal on an H x W grid with walls (at-grpo-pettingllms.txt, sec. 5, appendix A.1.4).
+"""Plan-Path: reach the goal on an H x W grid with walls (AT-GRPO (arXiv:2510.11062), sec. 5, appendix A.1.4).
 
 Generator: each interior cell is a wall with probability `wall_density`;
 start and goal are two distinct free cells; breadth-first search from the goal

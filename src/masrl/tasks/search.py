@@ -3,7 +3,7 @@
 `SearchTask` hands out the questions of a `Corpus` (the seeded synthetic
 encyclopedia of masrl.retrieval.synthetic, or a user's JSONL pages and question
 files) and grades short answers the way open-domain QA papers do, and as the
-MHGPO paper reports them (mhgpo-search-system.txt, Table 1: Accuracy, Exact
+MHGPO paper reports them (arXiv:2506.02718, Table 1: Accuracy, Exact
 Match, F1):
 
 - answers are normalised as in SQuAD (Rajpurkar et al. 2016): lower case,

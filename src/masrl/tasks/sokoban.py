@@ -1,4 +1,4 @@
-"""Sokoban: push every box onto a goal (at-grpo-pettingllms.txt, sec. 5, appendix A.1.5).
+"""Sokoban: push every box onto a goal (AT-GRPO (arXiv:2510.11062), sec. 5, appendix A.1.5).
 
 Generator (reverse play, our own): an N x N room whose border is wall, plus
 `inner_walls` random interior walls. Boxes start on their goals; the player

@@ -1,4 +1,4 @@
-"""Sudoku: fill an N x N grid (N = 4 by default, boxes of sqrt(N)) (at-grpo-pettingllms.txt, appendix A.1.3).
+"""Sudoku: fill an N x N grid (N = 4 by default, boxes of sqrt(N)) (AT-GRPO (arXiv:2510.11062), appendix A.1.3).
 
 Generator (our own; py-sudoku is not installed): a random full grid by
 randomised backtracking, then cells are blanked in a random order, each kept

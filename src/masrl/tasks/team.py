@@ -1,6 +1,6 @@
 """Team and local rewards of turn-based cooperating agents, and the two ways to mix them.
 
-AT-GRPO (at-grpo-pettingllms.txt) rewards each candidate action of agent i at
+AT-GRPO (arXiv:2510.11062) rewards each candidate action of agent i at
 turn k with a shared team reward and the agent's own local reward:
 
 - main text, eq. 4:    r = alpha * r_team + r_loc                  (`mix_alpha`, paper alpha = 1)

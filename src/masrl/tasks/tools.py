@@ -1,7 +1,7 @@
 """Code that tool agents write: find it in a reply, run it in the sandbox, keep what happened as data.
 
 A tool agent (the paper's Python tool of the math, Sudoku and Plan-Path
-workflows, at-grpo-pettingllms.txt appendix A.2) answers with one Python code
+workflows, AT-GRPO (arXiv:2510.11062) appendix A.2) answers with one Python code
 block whose printed output is its answer. `extract_code` takes the last
 fenced block (```python ... ``` or ``` ... ```); `run_tool` runs it through
 masrl.sandbox.run_code (time, memory and output limits, no network, a

@@ -125,7 +125,7 @@ def test_config_mistakes_are_clear():
 
 
 def test_branching_factor_one_equals_parallel():
-    """STYLE.md 12: the per-turn tree with K = 1 is one parallel episode, call for call."""
+    """An equivalence: the per-turn tree with K = 1 is one parallel episode, call for call."""
 
     def agents():
         replies = {"tool": iter(["#### [R]", "#### [D]"]), "planner": iter(["#### [R, R]", "#### [R]"])}

@@ -1,4 +1,4 @@
-"""The budget-controllable controller, CoRL (corl-budget-controller.txt), in one package:
+"""The budget-controllable controller, CoRL (arXiv:2511.02755), in one package:
 
 - `config`: its `system` section (modes and budgets, protocol, prices, reward, experts);
 - `system`: the controller's state machine (answer, or call a priced expert; the mode in the

@@ -1,4 +1,4 @@
-"""The budget controller's `system` section (corl-budget-controller.txt, sec. 3.3 and appendix A)."""
+"""The budget controller's `system` section (CoRL (arXiv:2511.02755), sec. 3.3 and appendix A)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class PriceConfig(Section):
 
 
 class BudgetConfig(SystemSection):
-    """The budget-controllable controller (system.kind=budget; corl-budget-controller.txt, sec. 3.3)."""
+    """The budget-controllable controller (system.kind=budget; CoRL (arXiv:2511.02755), sec. 3.3)."""
 
     experts: Literal["simulated", "pool"] = Field(
         "simulated", description="simulated: the priced three-expert SIMULATED pool (experts.py); "

@@ -1,4 +1,4 @@
-"""Per-mode evaluation of the budget-controllable controller (corl-budget-controller.txt, sec. 4.4-4.5, Table 2).
+"""Per-mode evaluation of the budget-controllable controller (CoRL (arXiv:2511.02755), sec. 4.4-4.5, Table 2).
 
 Every held-out item is run once per budget mode with the greedy controller
 (the experts' draws restart for each mode, so modes see the same expert luck).

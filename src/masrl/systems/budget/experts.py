@@ -3,7 +3,7 @@
 Three `SimulatedAgent`s (masrl/pools/simulated.py: item-response correctness,
 worked-solution text) with the abilities of the calibrated `three` pool
 (expected accuracy 0.35 / 0.60 / 0.85 on masrl's basic_arithmetic mix), billed
-at public list prices of the paper's experts (corl-budget-controller.txt,
+at public list prices of the paper's experts (CoRL (arXiv:2511.02755),
 sec. 4.2: GPT-4.1-nano, GPT-4.1, o3; dollars per 1k tokens as of 2025):
 
     expert       ability  priced as      $/1k in   $/1k out   hidden out   ~$ per call

@@ -1,4 +1,4 @@
-"""The budget controller's cost and rewards as pure functions (corl-budget-controller.txt, sec. 3.3):
+"""The budget controller's cost and rewards as pure functions (CoRL (arXiv:2511.02755), sec. 3.3):
 
     cost   = sum over the path's calls of the price table on their reported tokens
     r_perf = 1 if the answer is correct

@@ -1,4 +1,4 @@
-"""The budget-controllable controller, CoRL (paper: corl-budget-controller.txt, sections 3-5, appendix A).
+"""The budget-controllable controller, CoRL (paper: arXiv:2511.02755, sections 3-5, appendix A).
 
 A trainable controller reads a math problem and the budget mode of the
 request (low / medium / high, written into its prompt after the problem, sec. 3.3 eq. 8)

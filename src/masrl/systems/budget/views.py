@@ -1,6 +1,6 @@
 """The budget controller's section of the run page (`masrl view`): accuracy against mean cost per
 query for each budget mode and reference row, with 95% bootstrap intervals on both axes from the
-final evaluation's per-item results (corl-budget-controller.txt, the cost-accuracy figure)."""
+final evaluation's per-item results (CoRL (arXiv:2511.02755), the cost-accuracy figure)."""
 
 from __future__ import annotations
 

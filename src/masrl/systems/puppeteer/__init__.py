@@ -1,4 +1,4 @@
-"""The evolving orchestrator, Puppeteer (puppeteer-orchestration.txt), in one package:
+"""The evolving orchestrator, Puppeteer (arXiv:2505.19591), in one package:
 
 - `config`: its `system` section (agent space, policy, depth, cost weight lambda, the pool);
 - `system`: the orchestrator's state machine (pick one agent per step from the whole state until

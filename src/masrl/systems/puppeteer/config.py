@@ -1,4 +1,4 @@
-"""The orchestrator's `system` section (puppeteer-orchestration.txt, sections 2-3)."""
+"""The orchestrator's `system` section (Puppeteer (arXiv:2505.19591), sections 2-3)."""
 
 from __future__ import annotations
 

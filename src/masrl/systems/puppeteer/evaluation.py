@@ -2,7 +2,7 @@
 
 Each held-out task gets W = sampler.group_size paths (sampling orchestrator when
 W > 1, greedy when W = 1); the task's answer is the majority vote of the paths'
-final answers (puppeteer-orchestration.txt, section 3, "Implementation Details").
+final answers (Puppeteer (arXiv:2505.19591), section 3, "Implementation Details").
 Reported: vote accuracy, mean path accuracy, tokens and agents per task, graph
 density and cycles, path length; the first `puppeteer.graphs` tasks' folded
 orchestration graphs are written as DOT files.

@@ -1,4 +1,4 @@
-"""The scoring-head orchestrator policy (puppeteer-orchestration.txt, section 2.1 eq. 1: "a
+"""The scoring-head orchestrator policy (Puppeteer (arXiv:2505.19591), section 2.1 eq. 1: "a
 function mapping the observable context ... to a distribution over candidate agents, e.g. via
 neural scoring, embedding-based models").
 

@@ -1,4 +1,4 @@
-"""Cost-aware returns of an orchestration path (puppeteer-orchestration.txt, section 2.2, eq. 6).
+"""Cost-aware returns of an orchestration path (Puppeteer (arXiv:2505.19591), section 2.2, eq. 6).
 
 For a path of T steps with terminal reward r (1 if the path's final answer is
 correct) and per-step costs F_t (the step's tokens, in `unit` tokens, or an

@@ -1,5 +1,5 @@
 """The agent space: base model x reasoning pattern x tool, plus a terminator
-(puppeteer-orchestration.txt, section 2 "a = (m, r, t)" and appendix B, table 2).
+(Puppeteer (arXiv:2505.19591), section 2 "a = (m, r, t)" and appendix B, table 2).
 
 An agent of the space is named `model:pattern` (no tool) or `model:pattern:tool`.
 Its prompt is the pattern's role and action text (our own wording, after the

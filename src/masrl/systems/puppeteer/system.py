@@ -1,4 +1,4 @@
-"""The evolving orchestrator, Puppeteer (puppeteer-orchestration.txt, sections 2.1-2.2, 3).
+"""The evolving orchestrator, Puppeteer (arXiv:2505.19591, sections 2.1-2.2, 3).
 
 A trainable orchestrator picks one agent per step from the whole state (the
 task and every output so far); the agent's output updates the state; the path

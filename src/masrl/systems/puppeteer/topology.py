@@ -1,4 +1,4 @@
-"""Orchestration topology (puppeteer-orchestration.txt, sections 2.1 "Serialized Orchestration" and 3.3).
+"""Orchestration topology (Puppeteer (arXiv:2505.19591), sections 2.1 "Serialized Orchestration" and 3.3).
 
 The orchestrator unfolds collaboration into a sequence of agent activations;
 folding it back gives a directed graph: agents are nodes, and each hand-off

@@ -1,5 +1,5 @@
 """The orchestrator's section of the run page (`masrl view`): the folded orchestration graphs of
-the first and the latest evaluation (puppeteer-orchestration.txt, figure 6: how the topology
+the first and the latest evaluation (Puppeteer (arXiv:2505.19591), figure 6: how the topology
 compacts as the orchestrator evolves) and the initial-to-evolved table."""
 
 from __future__ import annotations

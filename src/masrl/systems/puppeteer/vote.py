@@ -1,4 +1,4 @@
-"""Majority vote over the final answers of W parallel paths (puppeteer-orchestration.txt,
+"""Majority vote over the final answers of W parallel paths (Puppeteer (arXiv:2505.19591),
 section 3 "Implementation Details": "dynamic collaboration uses majority voting for output
 aggregation").
 

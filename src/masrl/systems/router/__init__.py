@@ -1,4 +1,4 @@
-"""The critique-and-routing controller (critique-routing-controller.txt), in one package:
+"""The critique-and-routing controller (arXiv:2605.08686), in one package:
 
 - `config`: its `system` section (turns, caps, multipliers, baselines, the pool);
 - `system`: the controller's state machine over calls, prompts and the action parser;

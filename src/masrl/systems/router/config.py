@@ -1,4 +1,4 @@
-"""The router's `system` section (critique-routing-controller.txt, sections 3.1-3.4)."""
+"""The router's `system` section (Critique-and-routing (arXiv:2605.08686), sections 3.1-3.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Evaluation of routers under per-agent usage caps (critique-routing-controller.txt, section 4).
+"""Evaluation of routers under per-agent usage caps (Critique-and-routing (arXiv:2605.08686), section 4).
 
 Every method (the trained controller and each one-shot baseline) is scored the
 same way, on the same items, with the same pool draws (agents with a

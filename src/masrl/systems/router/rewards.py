@@ -1,5 +1,5 @@
 """The critique-and-routing controller's rewards and usage multipliers, as pure functions
-(critique-routing-controller.txt, section 3.2 and Proposition 3.1):
+(Critique-and-routing (arXiv:2605.08686), section 3.2 and Proposition 3.1):
 
     R_r  = 1 if the chosen agent's draft is correct     (0 at turn T, 0 with no agent)
     R_v  = 1 if the verdict matches the draft's truth   (0 at turn 1)
@@ -21,7 +21,7 @@ on a *correct* draft is worth more than True whenever the next agent is likely r
 w_v; False earns w_r (R_r of the next draft - 2 xi) plus the next verdict's w_v, 0.5 R_r - 0.125
 + 0.5 with the paper's weights and a medium agent, 0.825 at R_r = 0.9 against 0.5 for True. Every
 escalation adds another routing and verification reward, so "always False" is the fixed point our
-default run converged to (README, "The critique-and-routing controller"). Paying for the final
+default run converged to (docs/router.md, "the default config"). Paying for the final
 draft once removes that: True on a correct draft earns w_v + w_r, False at most w_r minus the next
 agent's penalty (plus what its own verdict earns); False on a wrong draft earns w_v and what the next
 agent makes of it, True nothing. With `final_verification: false` a path holds one verdict, on the

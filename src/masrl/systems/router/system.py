@@ -1,4 +1,4 @@
-"""The critique-and-routing controller (paper: critique-routing-controller.txt, sections 3.1-3.4).
+"""The critique-and-routing controller (paper: arXiv:2605.08686, sections 3.1-3.4).
 
 A trainable controller coordinates a pool of K agents ordered weak to strong:
 

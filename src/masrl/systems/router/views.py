@@ -1,6 +1,6 @@
 """The router's sections of the run page (`masrl view`): usage per agent over training against
 its cap, and the final evaluation's routing and verification confusion matrices and accuracy by
-max turns (critique-routing-controller.txt, section 4 and figure 4), read from the run's files."""
+max turns (Critique-and-routing (arXiv:2605.08686), section 4 and figure 4), read from the run's files."""
 
 from __future__ import annotations
 

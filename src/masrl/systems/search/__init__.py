@@ -1,4 +1,4 @@
-"""The multi-agent search system, MHGPO (mhgpo-search-system.txt), in one package:
+"""The multi-agent search system, MHGPO (arXiv:2506.02718), in one package:
 
 - `config`: its `system` section (retriever, limits, the agent-specific penalties);
 - `system`: Rewriter -> retriever -> Reranker -> Answerer over one shared policy, its rewards

@@ -1,4 +1,4 @@
-"""The search system's `system` section (mhgpo-search-system.txt, appendix B). The corpus and its
+"""The search system's `system` section (MHGPO (arXiv:2506.02718), appendix B). The corpus and its
 questions are the task's (`task.kind: search`, `task.config`: pages, train_questions,
 eval_questions, synthetic)."""
 

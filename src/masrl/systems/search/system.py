@@ -1,4 +1,4 @@
-"""The multi-agent search system of MHGPO (mhgpo-search-system.txt, "Multi-Agent Search System").
+"""The multi-agent search system of MHGPO (arXiv:2506.02718, "Multi-Agent Search System").
 
 One shared policy plays three roles in a fixed pipeline:
 

@@ -1,4 +1,4 @@
-"""Turn-based cooperating agents, AT-GRPO (at-grpo-pettingllms.txt), in one package:
+"""Turn-based cooperating agents, AT-GRPO (arXiv:2510.11062), in one package:
 
 - `config`: its `system` section (roles, shared or per-role policies, turns, reward mix);
 - `system`: the turn loop (every agent acts in order each turn; the environment steps; stop when

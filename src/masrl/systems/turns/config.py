@@ -1,4 +1,4 @@
-"""The turn-based agents' `system` section (at-grpo-pettingllms.txt, section 3 and appendix A)."""
+"""The turn-based agents' `system` section (AT-GRPO (arXiv:2510.11062), section 3 and appendix A)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Turn-based cooperating agents (AT-GRPO; at-grpo-pettingllms.txt, sec. 3-4 and appendix A.2).
+"""Turn-based cooperating agents (AT-GRPO; arXiv:2510.11062, sec. 3-4 and appendix A.2).
 
 N agents take turns on a task environment (masrl.tasks.base.TurnTask). In
 each turn every agent acts once, in order, on its own observation: its role
