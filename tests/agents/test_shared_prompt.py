@@ -1,6 +1,6 @@
 """Shared-prompt log-probs (each distinct prompt run once, its KV cache gathered to its
 responses) equal the one-pass [left-pad prompt | right-pad response] layout on the tiny
-model in float32: log-probs and every trainable gradient to 1e-5, with prompts and
+model in float32: log-probs to 1e-5 and every trainable gradient to 1e-5 of its largest entry, with prompts and
 responses of different lengths (padding on both sides), groups of unequal size, a
 non-zero LoRA adapter, the reference (adapters disabled) and full fine-tuning."""
 
@@ -69,7 +69,10 @@ def test_shared_prompt_logprobs_and_gradients_equal_the_one_pass_layout(policy):
     assert len(g_plain) == len(g_shared) > 0
     for a, b in zip(g_plain, g_shared):
         assert a.abs().max() > 0
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+        # To 1e-5 of the tensor's largest entry: the LoRA gradients reach ~20 here, and an entry summed from
+        # large terms that cancel keeps float32's rounding of those terms (with transformers 5.24.0 one entry
+        # differs by 1.7e-5 in a tensor whose largest entry is 14: 1.2e-6 of it, a few float32 ulps).
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * a.abs().max().item())
 
 
 def test_shared_prompt_equals_the_one_pass_layout_under_full_fine_tuning():
