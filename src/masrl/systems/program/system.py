@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from masrl.agents.base import Agent
-from masrl.rollout.tree import Step
+from masrl.rollout.tree import Planner, Step
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.gateway import Gateway, Recorded, Session
 from masrl.systems.program.runner import Outcome, run_program
@@ -99,7 +99,7 @@ class ProgramSystem:
 
     # ---------------------------------------------------------------- the tree
     async def expand(self, agents: Mapping[str, Agent], item: TaskItem, rule) -> Episode:
-        if hasattr(rule, "plans"):
+        if isinstance(rule, Planner):
             raise ValueError("a program system takes a single branching rule, not a per-task plan")
         calls: list[Call] = []
         async with self.gateway.serving():
