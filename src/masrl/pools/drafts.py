@@ -15,23 +15,13 @@ in the text, but the new draft's correctness is only this agent's own draw.
 
 Visible drafts (``drafts: visible``, `DraftStyle`, `visible_draft`). The original, consistent drafts
 (`consistent_draft`) hide their errors: every wrong draft is internally consistent but for its last line. Real models'
-wrong answers more often show where they went wrong, and how often was measured with the checker
-every draft is held to (`masrl.pools.slips.check_draft`; `scripts/draft_slips.py`):
-
-    source                                               wrong  visible  of them false steps
-    SmolLM2-135M-Instruct on basic_arithmetic            214    0.621    0.940   (the rest: answer
-      (80 train items per level, router agent prompt,                            does not match the
-      temperature 0.7, 160 tokens, seed 0)                                       last line)
-    recorded CHAMP solutions (4 models, 270 problems)    704    0.190    0.343
-
-SmolLM2's right answers showed a slip in 0.115 of cases (3 of 26); CHAMP's right ones in 0.239, more
-than its wrong ones: on competition problems the errors are in the reasoning, and a number that does
-not match the last line says little. So the rate comes from the arithmetic drafts of the one real
-small model that runs offline: `VISIBLE` shows a slip in 62% of wrong drafts, a false step in 94% of
-those (one operation's result written wrong and carried on) and an answer that does not match the
-last line in the rest; the other wrong drafts work out a misread expression (an operator or a digit
-read wrongly) with every line true. Right drafts never show a slip. Every visible draft writes one
-line per operation, negations of a group included, and no restatement of the expression.
+wrong answers more often show where they went wrong: `VISIBLE` shows a slip in 62% of wrong drafts,
+a false step in 94% of those (one operation's result written wrong and carried on) and an answer
+that does not match the last line in the rest; the other wrong drafts work out a misread expression
+(an operator or a digit read wrongly) with every line true. Right drafts never show a slip. Every
+visible draft writes one line per operation, negations of a group included, and no restatement of
+the expression. The rates were measured on SmolLM2-135M's own wrong arithmetic with the checker
+every draft is held to (`masrl.pools.slips.check_draft`, `scripts/draft_slips.py`): docs/pools.md.
 """
 
 from __future__ import annotations
@@ -69,7 +59,7 @@ class DraftStyle:
 
 
 CONSISTENT = DraftStyle()
-# Calibrated on SmolLM2-135M's own drafts of the same arithmetic (module docstring, "Visible drafts").
+# Calibrated on SmolLM2-135M's own drafts of the same arithmetic (docs/pools.md, "Visible drafts").
 VISIBLE = DraftStyle(visible_rate=0.62, false_step_share=0.94)
 
 

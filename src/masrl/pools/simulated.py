@@ -43,28 +43,10 @@ this agent has already answered that item (`reset()` restarts the count), so
 repeated calls are independent draws and a re-run replays them exactly.
 `reply_for(item, messages, attempt)` is the pure function behind a call.
 
-Calibration (`simulated_pool("three")`): abilities were fitted so the expected
-accuracy over 3,000 reasoning-gym ``basic_arithmetic`` items (1,000 each of
-masrl's easy / medium / hard levels, `calibration_items`, train split, seed 0)
-hits the targets; the last columns are `measure_accuracy` on the 300-item set
-the tests use (seed 0, attempt 0), graded from the reply text::
-
-    agent        ability  $/1k in   $/1k out  target  expected  measured(300)
-    sim-weak       0.50   0.00002   0.00006    0.35     0.350     0.337
-    sim-medium     1.62   0.0002    0.0006     0.60     0.601     0.590
-    sim-strong     3.21   0.002     0.006      0.85     0.850     0.840
-
-    expected accuracy by level (easy / medium / hard), and on two other
-    generators (same abilities, not calibrated there):
-                 basic_arithmetic      chain_sum (mixed)  gsm_symbolic
-    sim-weak     0.57 / 0.37 / 0.11    0.43               0.19
-    sim-medium   0.86 / 0.67 / 0.27    0.71               0.44
-    sim-strong   0.98 / 0.94 / 0.63    0.93               0.77
-
-Prices step by 10x between neighbours, like the paper's 1.5B / 7B / 30B
-agents (the paper states no prices; these are illustrative per-token prices,
-not any provider's). On other generators the same abilities give other
-accuracies: the pool is calibrated for basic_arithmetic only.
+Calibration (`simulated_pool("three")`): the abilities are fitted so the expected accuracy
+over reasoning-gym ``basic_arithmetic`` (masrl's easy / medium / hard levels,
+`calibration_items`) hits 0.35 / 0.60 / 0.85, with prices stepping by 10x between
+neighbours; the fit and what it gives on other generators are in docs/pools.md.
 
 The reply text (worked solutions, right and wrong, consistent or visible drafts) and the
 hashed draws: masrl.pools.drafts.
