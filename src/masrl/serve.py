@@ -39,6 +39,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from masrl.agents.base import CountsAttempts
 from masrl.agents.policy import PolicyAgent
 from masrl.agents.sampling import SamplingParams
 import masrl.http  # create_app is looked up when called: a caller may replace it (tests/test_bases.py)
@@ -161,7 +162,7 @@ class SystemBackend:
                 raise HTTPError(400, str(exc)) from None
         # Each request is an independent first attempt: agents that count attempts (a simulated pool,
         # recordings) are forked, so a served answer is what a reset evaluation draws for the item.
-        agents = {n: a.fork() if hasattr(a, "fork") else a for n, a in self.engine.eval_agents.items()}
+        agents = {n: a.fork() if isinstance(a, CountsAttempts) else a for n, a in self.engine.eval_agents.items()}
         for n, a in self._trained.items():
             agents[n] = a.with_params(sampling_for(a.params, request))
 

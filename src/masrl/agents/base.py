@@ -21,6 +21,17 @@ class Agent(Protocol):
     async def __call__(self, messages: Sequence[Message]) -> Reply: ...
 
 
+@runtime_checkable
+class CountsAttempts(Protocol):
+    """An agent whose replies are draws it counts per item (a simulated pool, recorded experts): an
+    evaluation resets the counts so every method sees the same first attempts, and a served request
+    gets a fork, an independent copy at attempt 0."""
+
+    def reset(self) -> None: ...
+
+    def fork(self) -> CountsAttempts: ...
+
+
 def as_messages(messages: Sequence[Message] | str) -> tuple[Message, ...]:
     """Accept a bare string as a single user turn."""
     if isinstance(messages, str):

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from masrl.agents.base import CountsAttempts
 from masrl.evaluate import ItemScores, SystemEval
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.budget.system import ALONE, CONTROLLER, BudgetSystem
@@ -112,7 +113,7 @@ def evaluate_modes(
     budgets = {m.name: m.budget for m in system.modes}
     for mode in modes or system.mode_names:
         for agent in agents.values():
-            if hasattr(agent, "reset"):
+            if isinstance(agent, CountsAttempts):
                 agent.reset()
         episodes = asyncio.run(rollout(system.with_mode(mode), agents, items, Parallel(1)))
         out.append(summarise_mode(mode, budgets[mode], episodes, system.experts))
@@ -213,7 +214,7 @@ def evaluate_baselines(
     out = []
     for method, choose in choosers:
         for agent in agents.values():
-            if hasattr(agent, "reset"):
+            if isinstance(agent, CountsAttempts):
                 agent.reset()
         scripted = {**agents, CONTROLLER: ScriptedController(choose, system.label)}
         episodes = asyncio.run(rollout(system.with_mode(top), scripted, items, Parallel(1)))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from masrl.agents.base import CountsAttempts
 from masrl.evaluate import ItemScores, SystemEval
 from masrl.rollout.tree import Parallel, rollout
 from masrl.run_files import read_metrics, series
@@ -38,7 +39,7 @@ def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
     agents = engine.agents if width > 1 else engine.eval_agents
     for agent in engine.frozen.values():  # simulated models replay the same draws at every evaluation
         model = getattr(agent, "model", agent)
-        if hasattr(model, "reset"):
+        if isinstance(model, CountsAttempts):
             model.reset()
     episodes = asyncio.run(rollout(engine.system, agents, items, Parallel(width)))
     leaves = [leaf for ep in episodes for leaf in ep.leaves()]

@@ -39,7 +39,7 @@ from typing import Protocol
 
 import numpy as np
 
-from masrl.agents.base import Agent
+from masrl.agents.base import Agent, CountsAttempts
 from masrl.retrieval.index import minilm_encoder
 from masrl.tasks.base import Task, grade
 from masrl.types import Message, TaskItem
@@ -287,7 +287,6 @@ def labels_from_agents(
     columns = []
     for agent in agents.values():
         columns.append(asyncio.run(solve_all(agent)))
-        reset = getattr(agent, "reset", None)
-        if callable(reset):
-            reset()
+        if isinstance(agent, CountsAttempts):
+            agent.reset()
     return Labels(items=items, solved=tuple(zip(*columns)), agents=tuple(agents))

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from masrl.agents.base import Agent
+from masrl.agents.base import Agent, CountsAttempts
 from masrl.evaluate import ItemScores
 from masrl.rollout.tree import Parallel, Step, Transition, rollout
 from masrl.systems.action import Action, ActionKind
@@ -206,7 +206,7 @@ def weakest_solver(solved: Sequence[bool], agents: Sequence[str]) -> str:
 
 def reset_pool(pool: Mapping[str, Agent]) -> None:
     for agent in pool.values():
-        if hasattr(agent, "reset"):
+        if isinstance(agent, CountsAttempts):
             agent.reset()
 
 
