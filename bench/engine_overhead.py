@@ -35,7 +35,8 @@ import time
 import torch
 from _util import emit_json, interleaved, median, table, warn_if_busy
 
-from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel, SamplingParams
+from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
+from masrl.agents.sampling import SamplingParams
 from masrl.models import load_model
 from masrl.rollout.service import GenerationService
 from masrl.types import Message

@@ -112,7 +112,7 @@ def setup(args):
 
 
 def child_step(args) -> dict:
-    from masrl.agents.policy import SamplingParams
+    from masrl.agents.sampling import SamplingParams
     from masrl.rollout.service import GenerationService
     from masrl.types import Sample
     from masrl.update import UpdateSettings, update_policy

@@ -48,7 +48,8 @@ def prompts(tokenizer, n: int) -> list[list[int]]:
 
 
 def throughput(args) -> dict:
-    from masrl.agents.policy import LoraSpec, PolicyModel, SamplingParams
+    from masrl.agents.policy import LoraSpec, PolicyModel
+    from masrl.agents.sampling import SamplingParams
     from masrl.models import load_model
     from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
     from masrl.rollout.service import GenerationService

@@ -10,7 +10,7 @@ What is checked, per command:
 - `masrl ...` (also `.venv/bin/masrl`, `python -m masrl.cli`, `torchrun ... -m masrl.cli`): masrl's
   own argument parser (`masrl.cli._parser`, system commands included) accepts it; for `train` and
   for `eval` of a config, the config and its overrides load and validate
-  (`masrl.config.load_config`, the code `masrl train` runs before any model loads). A transcript
+  (`masrl.loading.load_config`, the code `masrl train` runs before any model loads). A transcript
   block (`$ masrl ...` followed by its output) that shows `config error` must fail with one.
   A config input under `runs/` that an earlier command makes (`runs/champ-pool.jsonl`) may be absent.
 - `python scripts/X.py`, `python bench/X.py`, `pytest tests/...`, `bash scripts/X.sh`: the file exists.

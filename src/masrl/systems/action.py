@@ -3,13 +3,13 @@ and the `LabelStyle` both write their options in.
 
 Both systems parse a trainable controller's reply into an `Action` (router/system.py, budget/system.py)
 and score it by its kind. A reply that does not parse is an action too (`FORMAT_ERROR`), never an
-exception. The kinds are strings underneath (`StrEnum`), so an action compares and serialises as
-its kind's name (`action.kind == "route"`).
+exception. The kinds are strings underneath (`StrEnum`), so a kind compares and serialises as its
+name (`action.kind == "route"`), and an action's repr shows the kind's name and the fields it sets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 
@@ -35,6 +35,10 @@ class Action:
 
     def __post_init__(self):
         object.__setattr__(self, "kind", ActionKind(self.kind))
+
+    def __repr__(self) -> str:  # what samples.jsonl and the run page show: the kind's name, then the fields set
+        given = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)[1:] if getattr(self, f.name) != f.default]
+        return f"Action({', '.join([f'kind={self.kind.value!r}', *given])})"
 
 
 class LabelStyle(StrEnum):

@@ -1,4 +1,4 @@
-"""The turn loop system (masrl/systems/turns.py) with scripted agents: observations, commits,
+"""The turn loop system (masrl/systems/turns/system.py) with scripted agents: observations, commits,
 rewards recorded per component, stopping, and the per-turn greedy tree over it."""
 
 from __future__ import annotations

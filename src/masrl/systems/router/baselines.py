@@ -268,8 +268,8 @@ def labels_from_agents(
     use the one the agents answer under at evaluation) and grade the replies with `task`.
 
     `agents` must be ordered weak to strong (as `simulated_pool` is). One
-    agent's calls run concurrently; agents run one after another. An agent with
-    `reset()` (simulated agents count attempts per item) is reset afterwards,
+    agent's calls run concurrently; agents run one after another. An agent that
+    counts attempts per item (`CountsAttempts`: simulated agents) is reset afterwards,
     so a later evaluation starts from attempt 0 again. A backend failure (AgentError)
     propagates: a silently wrong label would be worse than a stopped run.
     """

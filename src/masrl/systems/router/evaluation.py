@@ -1,8 +1,8 @@
 """Evaluation of routers under per-agent usage caps (Critique-and-routing (arXiv:2605.08686), section 4).
 
 Every method (the trained controller and each one-shot baseline) is scored the
-same way, on the same items, with the same pool draws (agents with a
-`reset()` restart their attempt counts first):
+same way, on the same items, with the same pool draws (agents that count their
+attempts, `CountsAttempts`, are reset first):
 
 - The controller runs through the engine's rollout (masrl.rollout.tree, one
   greedy episode per item), in lockstep: items go turn by turn across the
@@ -41,7 +41,7 @@ from masrl.systems.action import Action, ActionKind
 from masrl.systems.router.baselines import labels_from_agents
 from masrl.systems.router.system import AGENT_PROMPT, CONTROLLER, RouterState, RouterSystem
 from masrl.tasks.base import Task
-from masrl.types import Episode, Message, Reply, TaskItem
+from masrl.types import AgentError, Episode, Message, Reply, TaskItem
 
 
 # ---------------------------------------------------------------- caps
@@ -246,7 +246,7 @@ def episode_trace(system: RouterSystem, episode: Episode) -> Trace:
     trace = Trace(episode.task)
     for call in episode.calls:  # a path: the controller's calls and the drafts they routed, in turn order
         if call.failed:  # as when the evaluation called its agents itself: a backend failure stops it
-            raise RuntimeError(f"router evaluation: {call.agent} failed on {episode.task.id}: {call.error}")
+            raise AgentError(f"router evaluation: {call.agent} failed on {episode.task.id}: {call.error}")
         trace.cost += call.reply.cost
         if call.role == CONTROLLER:
             action: Action = call.action
