@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 
@@ -71,6 +72,21 @@ class AgentError(RuntimeError):
 
 class TrainingError(RuntimeError):
     """The run cannot go on (e.g. every episode of a step failed, or no checkpoint reads back)."""
+
+
+class ExitCode(IntEnum):
+    """What `masrl` exits with, so a script or a scheduler can tell who has to act (docs/usage.md)."""
+
+    OK = 0
+    BUG = 1  # an unexpected error in masrl: a traceback, to be reported
+    CONFIG = 2  # the run cannot start as asked: config, arguments, a missing component; fix it and run again
+    ENVIRONMENT = 3  # the machine failed the run: a full disk, a permission, a broken run directory
+    SYSTEM = 4  # the user's system code raised (rollout.on_system_error: stop)
+    INTERRUPTED = 130  # SIGINT or SIGTERM: the last finished step is checkpointed; --resume continues
+
+
+class EnvironmentProblem(RuntimeError):
+    """The machine, not the config, stops the run (exit code 3); the message says what to do."""
 
 
 @dataclass(frozen=True)
