@@ -23,7 +23,7 @@ stop() { say "$*"; exit 1; }
 
 command -v "$PY" >/dev/null 2>&1 || stop "no $PY found: install Python 3.11 or newer, or set PYTHON=/path/to/python3.11"
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-  stop "masrl needs Python 3.11 or newer; $PY is $("$PY" -c 'import platform; print(platform.python_version())'): set PYTHON=python3.11 (or newer)"
+  stop "Python 3.11 or newer is needed; $PY is $("$PY" -c 'import platform; print(platform.python_version())'): set PYTHON=python3.11 (or newer)"
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv || stop "could not create .venv with $PY -m venv (Debian: apt-get install python3-venv)"
 # shellcheck source=/dev/null
