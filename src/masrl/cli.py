@@ -15,7 +15,7 @@ import webbrowser
 from pathlib import Path
 
 from masrl.checkpoint import atomic_write_json
-from masrl.components import MissingComponent
+from masrl.components import MissingComponent, cache_dir, status
 from masrl.compare import compare_runs
 from masrl.config import ConfigError
 from masrl.evaluate import eval_record, evaluate_system
@@ -202,6 +202,7 @@ def _eval(args) -> int:
         if target and Path(target).is_dir():
             if overrides:
                 raise ConfigError("a run directory is evaluated with its saved config; pass no overrides")
+            preflight(load_config(Path(target) / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
             _under_jemalloc(args)
             engine = load_trained(Path(target))
             out = Path(args.out) if args.out else Path(target) / "eval.json"
@@ -250,8 +251,6 @@ def _view(args) -> int:
 
 
 def _models(args) -> int:
-    from masrl.components import cache_dir, status  # lazy: only this command reports on components
-
     for component, configs in sorted(shipped_models().values(), key=lambda m: m[0].model or m[0].name):
         print(f"{component.model or component.name:10s} {component.what}, from the package {component.package}\n"
               f"{'':10s} {status(component)}\n{'':10s} used by: {', '.join(configs)}")  # fmt: skip
