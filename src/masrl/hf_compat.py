@@ -1,14 +1,20 @@
 """The transformers calls whose names differ between the releases masrl supports.
 
 masrl supports transformers from the lowest release pyproject.toml declares (the one `.ci/run`'s floor
-job installs) up to the newest. One change between them touches masrl: the KV cache that a model's
-forward takes and returns was `past_key_values` and became `cache` in transformers 5.24 (which keeps
-`past_key_values` as a deprecated alias that warns; 5.17 to 5.23 know only `past_key_values`). masrl passes a cache by hand in two places,
-the shared-prompt log-probs (masrl.agents.policy) and the lean engine's HF forward (masrl.rollout.decode);
-both go through the two functions here, so no caller asks the library which name it has.
+job installs) up to the newest. Two renames between them touch masrl:
 
-The name is read once from the library itself (the fields of its causal-LM output), not from its
-version number, so a backport or a patched build is judged by what it does.
+- The KV cache a model's forward takes and returns was `past_key_values` and became `cache` in
+  transformers 5.24 (which keeps `past_key_values` as a deprecated alias that warns; 5.17 to 5.23
+  know only `past_key_values`). masrl passes a cache by hand in the shared-prompt log-probs
+  (masrl.agents.policy) and the lean engine's HF forward (masrl.rollout.decode).
+- Whether a model recomputes activations in its backward was `is_gradient_checkpointing` and became
+  `is_activation_checkpointing` in 5.23 (the old name warns there). The shared-prompt layout needs
+  the KV cache, which checkpointing turns off, so the policy asks before it shares.
+
+(Checked in the published wheels of 5.17.0, 5.20.2, 5.21.0, 5.22.2, 5.23.0 and 5.24.0.) Each name is
+read once from the library itself (the fields of its causal-LM output, the properties of its model
+class), not from its version number, so a backport or a patched build is judged by what it does.
+Callers use the functions below and never ask the library which name it has.
 """
 
 from __future__ import annotations
