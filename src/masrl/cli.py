@@ -24,7 +24,7 @@ from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
 from masrl.run_files import read_metrics
 from masrl.sandbox import SandboxError
-from masrl.types import TrainingError
+from masrl.types import ExitCode, SystemCodeError, TrainingError
 from masrl.view import write_page
 
 # The commands that train, evaluate or serve import torch (about 1 s) and the HTTP stack inside
@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         # a read-only or full disk under the run directory: the user's to fix, so no traceback
         print(f"masrl: cannot write {exc.filename or 'the run directory'}: {exc.strerror}", file=sys.stderr)
         return 2
+    except SystemCodeError as exc:  # the user's system raised (rollout.on_system_error: stop); traceback in errors.log
+        print(f"masrl: {exc}", file=sys.stderr)
+        return ExitCode.SYSTEM
     except KeyboardInterrupt:
         print("masrl: interrupted; resume from the last checkpoint with --resume", file=sys.stderr)
         return 130

@@ -119,6 +119,16 @@ class RolloutConfig(Section):
         32768, gt=0, description="also cut a generate() batch before rows x (longest prompt + max_new_tokens) exceeds "
         "this: bounds its KV cache and prefill activations when prompts are long; null: only max_batch counts"
     )
+    on_system_error: Literal["stop", "drop"] = Field(
+        "stop", description="when the system's own code raises (start, next_step, advance, expand): stop: the run "
+        "stops with one line naming the system, the hook, the file and line and the exception (exit code 4); drop: "
+        "the episode it raised in is dropped and counted failed (metrics: failed, dropped), as an episode whose "
+        "agent call failed is; either way the traceback goes to <run.dir>/errors.log"
+    )
+    max_dropped: float = Field(
+        0.5, ge=0.0, le=1.0, description="on_system_error=drop: a rollout (a training step, an evaluation) that drops "
+        "more than this share of its episodes stops the run as on_system_error=stop does"
+    )
 
 
 class RewardConfig(Section):
