@@ -51,9 +51,8 @@ from masrl.rollout.decode import LeanEngine
 from masrl.rollout.openai_engine import InferenceServers
 from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import (
-    BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemErrors, SystemHooks, check_system,
-)  # fmt: skip
+from masrl.rollout.system_errors import SystemErrors
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemHooks, check_system
 from masrl.sandbox import limits_only_chosen
 from masrl.systems.api import Built, SystemSpec
 from masrl.tasks.base import Task

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from faulty_system import Faulty, FaultyConfig
 
-from masrl.rollout.tree import (
-    EnvSteps, FullTree, Parallel, SystemErrors, SystemHooks, check_system, raised_at, rollout,
-)  # fmt: skip
+from masrl.rollout.system_errors import SystemErrors, raised_at
+from masrl.rollout.tree import EnvSteps, FullTree, Parallel, SystemHooks, check_system, rollout
 from masrl.sandbox import SandboxError
 from masrl.types import Reply, SystemCodeError, TaskItem
 

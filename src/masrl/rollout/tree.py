@@ -32,16 +32,13 @@ engine builds the system, and the loop and the evaluation call what it found.
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
 
-A system is untrusted code (a user's plugin). An exception from one of its hooks (`start`,
-`next_step`, `advance`, `expand`, and `observe`, `eval_metrics`, `eval_item_metrics`) becomes one
-line naming the system, the hook, the file and line where it raised and the exception
-(`SystemCodeError`, exit code 4), and its traceback goes to the run directory's `errors.log`
-(`SystemErrors`). With `rollout.on_system_error: drop` the episode it raised in is dropped instead:
-it keeps its calls, each marked failed, so it counts as failed as an episode whose agent call
-failed does, and the rollout goes on, unless more than `rollout.max_dropped` of its episodes are
-dropped. A step for an agent that no policy or frozen agent serves always stops, at its first
-occurrence, with the agents there are (`check_first_step` tries one item when the engine is built,
-before any model loads).
+A system is untrusted code (a user's plugin). Its hooks run through `call_hook`, and what they
+raise is handled by the rollout's `SystemErrors` (masrl.rollout.system_errors,
+`rollout.on_system_error`): one line naming the system, the hook, the file and line and the
+exception, then the run stops, or the episode it raised in is dropped (its calls marked failed, the
+other episodes and branches go on). A step for an agent that no policy or frozen agent serves always
+stops, at its first occurrence, with the agents there are; `check_system` tries one item when the
+engine is built, before any model loads.
 
 A rollout given a `key` (`rollout.order: place`; the key names the run seed
 and step) depends only on where each call sits, not on the order concurrent
@@ -68,25 +65,17 @@ run reproducible; with `rollout.env_threads: N` they run on N threads
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
-import inspect
 import random
-import sys
-import traceback
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from masrl.agents.base import Agent
-from masrl.config import ConfigError
-from masrl.sandbox import SandboxError
-from masrl.types import (
-    Call, Episode, EnvironmentProblem, Message, Reply, SystemCodeError, TaskItem, TrainingError,
-)  # fmt: skip
+from masrl.rollout.system_errors import Guarded, HookFailed, SystemErrors, as_failure, call_hook
+from masrl.types import Call, Episode, Message, Reply, SystemCodeError, TaskItem
 
 
 @dataclass(frozen=True)
@@ -115,184 +104,6 @@ class System(Protocol):
     def next_step(self, state: Any) -> Step: ...
 
     def advance(self, state: Any, step: Step, reply: Reply) -> Transition: ...
-
-
-# ---------------------------------------------------------------- the system's own errors
-# masrl's own errors, which a hook may pass on (agent code without isolation, a full disk, a config
-# the system refuses): they keep their own line and exit code, for they are not the system's bug.
-NOT_THE_SYSTEMS: tuple[type[Exception], ...] = (ConfigError, SandboxError, EnvironmentProblem, TrainingError)
-_DISK_FULL = frozenset((errno.ENOSPC, errno.EDQUOT))
-
-
-class HookFailed(Exception):
-    """The system's hook `hook` raised `error` (inside a rollout; `SystemErrors` makes it one line)."""
-
-    def __init__(self, hook: str, error: Exception):
-        super().__init__(hook, error)
-        self.hook, self.error = hook, error
-
-
-def call_hook(hook: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)`, the system's hook `hook`: what it raises comes back as HookFailed, masrl's own errors as they are."""
-    try:
-        return fn(*args)
-    except Exception as exc:
-        failure = _as_failure(hook, exc)
-        if failure is None:
-            raise
-        raise failure from exc
-
-
-def _as_failure(hook: str, exc: Exception) -> HookFailed | None:
-    """HookFailed for what the system's code raised; None for masrl's own errors (they pass on as they are)."""
-    if isinstance(exc, NOT_THE_SYSTEMS) or (isinstance(exc, OSError) and exc.errno in _DISK_FULL):
-        return None
-    return HookFailed(hook, exc)
-
-
-def system_source(system: object) -> Path | None:
-    """The system's own code: the directory of its top-level package, or its module's file."""
-    top = sys.modules.get(type(system).__module__.split(".")[0])
-    file = getattr(top, "__file__", None)
-    if not file:
-        return None
-    path = Path(file).resolve()
-    return path.parent if path.name == "__init__.py" else path
-
-
-def raised_at(error: BaseException, source: Path | None) -> str:
-    """`file:line` of the deepest frame of `error`'s traceback in the system's own code (`source`),
-    the path from the folder holding it; without such a frame the deepest frame's file name."""
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return "?"
-    paths = [Path(f.filename).resolve() for f in frames]
-    inside = [i for i, path in enumerate(paths) if source is not None and (path == source or source in path.parents)]
-    i = inside[-1] if inside else len(frames) - 1
-    shown = paths[i].relative_to(source.parent) if inside else Path(paths[i].name)
-    return f"{shown}:{frames[i].lineno}"
-
-
-def defined_at(fn: Callable[..., Any], source: Path | None) -> str:
-    """`file:line` where a hook is defined (a step names an unknown agent: no traceback says where)."""
-    try:
-        path, line = Path(inspect.getsourcefile(fn) or "?").resolve(), inspect.getsourcelines(fn)[1]
-    except (OSError, TypeError):
-        return "?"
-    inside = source is not None and (path == source or source in path.parents)
-    return f"{path.relative_to(source.parent) if inside else path.name}:{line}"
-
-
-def exception_line(error: BaseException) -> str:
-    """`KeyError: 'x'`: the exception's type and message on one line."""
-    message = " ".join(str(error).split())
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
-
-
-@dataclass(frozen=True)
-class SystemErrors:
-    """What a rollout does when the system's own code raises (`rollout.on_system_error`, `rollout.max_dropped`).
-
-    `name` is the system as the config names it (`system.kind`; None: its class name); `log` the file
-    its tracebacks are appended to (RUN_DIR/errors.log; None, or a folder that does not exist: none)."""
-
-    name: str | None = None
-    on_error: Literal["stop", "drop"] = "stop"
-    max_dropped: float = 0.5
-    log: Path | None = None
-
-    def title(self, system: object) -> str:
-        return repr(self.name or type(system).__name__)
-
-    def reason(self, system: object, failure: HookFailed) -> str:
-        """`next_step (mysys.py:42): KeyError: 'x'`: where and what."""
-        return f"{failure.hook} ({raised_at(failure.error, system_source(system))}): {exception_line(failure.error)}"
-
-    def stop(self, system: object, failure: HookFailed) -> SystemCodeError:
-        """The error that stops the run, its traceback written to the log."""
-        return SystemCodeError(f"system {self.title(system)} raised in {self.reason(system, failure)}"
-                               + self._written(system, failure))  # fmt: skip
-
-    def drop(self, system: object, task: TaskItem, calls: Sequence[Call], failure: HookFailed) -> Episode:
-        """The episode `failure` ended: with on_error 'stop' the run stops; with 'drop' its calls are kept
-        (their cost counts), each marked failed, and a raise before any call leaves one failed call."""
-        if self.on_error == "stop":
-            raise self.stop(system, failure) from None
-        self._written(system, failure)
-        reason = f"the system raised in {self.reason(system, failure)}"
-        marked = tuple(replace(c, error=c.error or reason) for c in calls)
-        return Episode(task, marked or (Call("0", None, "", "", 0, (), None, done=True, error=reason),), dropped=reason)
-
-    def check_share(self, system: object, episodes: Sequence[Episode]) -> None:
-        """Stop when more than `max_dropped` of a rollout's episodes (a training step's) were dropped."""
-        dropped = [ep for ep in episodes if ep.dropped is not None]
-        if len(dropped) > self.max_dropped * len(episodes):
-            first = dropped[0].dropped.removeprefix("the system raised in ")
-            where = f" (tracebacks in {self.log})" if self._logs() else ""
-            raise SystemCodeError(f"system {self.title(system)} raised in {len(dropped)} of {len(episodes)} "
-                                  f"episodes, more than rollout.max_dropped={self.max_dropped} of them; the first: "
-                                  f"{first}{where}")  # fmt: skip
-
-    def unknown_agent(self, system: object, step: Step, agents: Collection[str]) -> SystemCodeError:
-        """A step for an agent that nothing serves: the system's mistake, the same in every episode."""
-        where = defined_at(type(system).next_step, system_source(system))
-        return SystemCodeError(f"system {self.title(system)} asked for agent {step.agent!r} in next_step ({where}), "
-                               f"which no policy or frozen agent serves; its agents are {sorted(agents)}")  # fmt: skip
-
-    def _logs(self) -> bool:
-        return self.log is not None and self.log.parent.is_dir()
-
-    def _written(self, system: object, failure: HookFailed) -> str:
-        """Append the traceback to the log; the note the line ends with ("" without a log)."""
-        if not self._logs():
-            return ""
-        text = "".join(traceback.format_exception(failure.error))
-        with self.log.open("a") as f:
-            f.write(f"system {self.title(system)} raised in {failure.hook}:\n{text}\n")
-        return f" (traceback in {self.log})"
-
-
-def check_system(system: object, item: TaskItem | None, agents: Collection[str], errors: SystemErrors) -> None:
-    """What can be checked of a built system before any model loads: it has the methods a rollout calls,
-    and its first step on `item` (a training item) names an agent that is served. A hook that raises
-    here stops the run with on_error 'stop'; with 'drop' the rollout sees to it, episode by episode."""
-    if isinstance(system, Expands):
-        return
-    missing = [m for m in ("start", "next_step", "advance") if not callable(getattr(system, m, None))]
-    if missing:
-        raise SystemCodeError(f"system {errors.title(system)} built a {type(system).__name__} without "
-                              f"{', '.join(missing)}: a system needs start, next_step and advance, or expand "
-                              "(docs/api.md)")  # fmt: skip
-    if item is None:
-        return
-    try:
-        step = call_hook("next_step", system.next_step, call_hook("start", system.start, item))
-    except HookFailed as failure:
-        if errors.on_error == "stop":
-            raise errors.stop(system, failure) from None
-        return
-    if step.agent not in agents:
-        raise errors.unknown_agent(system, step, agents)
-
-
-class _Guarded:
-    """An optional hook of the system (observe, eval_metrics, eval_item_metrics): what it raises stops the run
-    with one line (no episode to drop). Equal when it guards the same method under the same settings."""
-
-    def __init__(self, hook: str, fn: Callable[..., Any], system: object, errors: SystemErrors):
-        self.hook, self.fn, self.system, self.errors = hook, fn, system, errors
-
-    def __call__(self, *args: Any) -> Any:
-        try:
-            return call_hook(self.hook, self.fn, *args)
-        except HookFailed as failure:
-            raise self.errors.stop(self.system, failure) from None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Guarded) and (self.hook, self.fn, self.errors) == (other.hook, other.fn, other.errors)
-
-    def __hash__(self) -> int:
-        return hash((self.hook, self.fn, self.errors))
 
 
 # ---------------------------------------------------------------- optional system methods
@@ -348,7 +159,7 @@ class SystemHooks:
         """The hooks `system` has, each stopping the run with one line when it raises (`errors`)."""
 
         def guarded(hook: str, present: bool) -> Callable[..., Any] | None:
-            return _Guarded(hook, getattr(system, hook), system, errors) if present else None
+            return Guarded(hook, getattr(system, hook), system, errors) if present else None
 
         return cls(
             observe=guarded("observe", isinstance(system, Observes)),
@@ -356,6 +167,29 @@ class SystemHooks:
             eval_metrics=guarded("eval_metrics", isinstance(system, EvalMetrics)),
             eval_item_metrics=guarded("eval_item_metrics", isinstance(system, ItemMetrics)),
         )
+
+
+def check_system(system: object, item: TaskItem | None, agents: Collection[str], errors: SystemErrors) -> None:
+    """What can be checked of a built system before any model loads: it has the methods a rollout calls,
+    and its first step on `item` (a training item) names an agent that is served. A hook that raises
+    here stops the run with on_error 'stop'; with 'drop' the rollout sees to it, episode by episode."""
+    if isinstance(system, Expands):
+        return
+    missing = [m for m in ("start", "next_step", "advance") if not callable(getattr(system, m, None))]
+    if missing:
+        raise SystemCodeError(f"system {errors.title(system)} built a {type(system).__name__} without "
+                              f"{', '.join(missing)}: a system needs start, next_step and advance, or expand "
+                              "(docs/api.md)")  # fmt: skip
+    if item is None:
+        return
+    try:
+        step = call_hook("next_step", system.next_step, call_hook("start", system.start, item))
+    except HookFailed as failure:
+        if errors.on_error == "stop":
+            raise errors.stop(system, failure) from None
+        return
+    if step.agent not in agents:
+        raise errors.unknown_agent(system, step.agent, agents)
 
 
 # ---------------------------------------------------------------- samplers
@@ -568,7 +402,7 @@ async def _expand_own(
     try:
         return await system.expand(agents, task, rule)
     except Exception as exc:
-        failure = _as_failure("expand", exc)
+        failure = as_failure("expand", exc)
         if failure is None:
             raise
         return errors.drop(system, task, (), failure)
@@ -578,7 +412,7 @@ def _agent(system: System, step: Step, agents: Mapping[str, Agent], errors: Syst
     """The agent that answers `step`; a name that none serves stops the run at its first occurrence."""
     agent = agents.get(step.agent)
     if agent is None:
-        raise errors.unknown_agent(system, step, agents)
+        raise errors.unknown_agent(system, step.agent, agents)
     return agent
 
 
@@ -598,7 +432,7 @@ async def _advance(system: System, state: Any, step: Step, reply: Reply, env: En
     try:
         return await env.advance(system, state, step, reply)
     except Exception as exc:
-        failure = _as_failure("advance", exc)
+        failure = as_failure("advance", exc)
         if failure is None:
             raise
         raise failure from exc
