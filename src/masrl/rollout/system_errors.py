@@ -91,8 +91,9 @@ def raised_at(error: BaseException, source: Path | None) -> str:
     return f"{shown}:{frames[i].lineno}"
 
 
-def defined_at(fn: Callable[..., Any], source: Path | None) -> str:
-    """`file:line` where a hook is defined (a step names an unknown agent: no traceback says where)."""
+def defined_at(fn: Callable[..., Any] | None, source: Path | None) -> str:
+    """`file:line` where a hook is defined (a step names an unknown agent: no traceback says where); "?" when
+    Python cannot say (a builtin, a function made at run time)."""
     try:
         path, line = Path(inspect.getsourcefile(fn) or "?").resolve(), inspect.getsourcelines(fn)[1]
     except (OSError, TypeError):
@@ -153,7 +154,7 @@ class SystemErrors:
 
     def unknown_agent(self, system: object, agent: str, agents: Collection[str]) -> SystemCodeError:
         """A step for an agent that nothing serves: the system's mistake, the same in every episode."""
-        where = defined_at(type(system).next_step, system_source(system))
+        where = defined_at(getattr(system, "next_step", None), system_source(system))
         return SystemCodeError(f"system {self.title(system)} asked for agent {agent!r} in next_step ({where}), "
                                f"which no policy or frozen agent serves; its agents are {sorted(agents)}")  # fmt: skip
 
