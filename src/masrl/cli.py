@@ -26,7 +26,8 @@ from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
 from masrl.run_files import read_metrics
 from masrl.sandbox import SandboxError
-from masrl.types import TrainingError
+from masrl.reference import config_markdown, config_text
+from masrl.types import ExitCode, SystemCodeError, TrainingError
 from masrl.view import write_page
 
 # The commands that train, evaluate or serve import torch (about 1 s) and the HTTP stack inside
@@ -59,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or prefixes of seed runs), overlaid")
     v.add_argument("--out", help="the HTML file to write (default: RUN/view.html for one run, else masrl-view.html)")
     v.add_argument("--no-open", action="store_true", help="only write the file; do not open a browser")
+
+    g = sub.add_parser("config", help="every config key with its type, default and description (and a config's values)")
+    g.add_argument("config", nargs="?", help="a YAML config or a shipped config's name: its values and its system's keys")
+    g.add_argument("overrides", nargs="*", help="dotted overrides, e.g. system.kind=budget")
+    g.add_argument("--markdown", action="store_true", help="print docs/config.md (the engine's keys as tables)")
 
     sub.add_parser("models", help="list the built-in models and whether they are ready")
     sub.add_parser("systems", help="list the systems and task families available, built in and installed")
@@ -134,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         # a read-only or full disk under the run directory: the user's to fix, so no traceback
         print(f"masrl: cannot write {exc.filename or 'the run directory'}: {exc.strerror}", file=sys.stderr)
         return 2
+    except SystemCodeError as exc:  # the user's system raised (rollout.on_system_error: stop); traceback in errors.log
+        print(f"masrl: {exc}", file=sys.stderr)
+        return ExitCode.SYSTEM
     except KeyboardInterrupt:
         print("masrl: interrupted; resume from the last checkpoint with --resume", file=sys.stderr)
         return 130
@@ -250,6 +259,21 @@ def _view(args) -> int:
     return 0
 
 
+def _config(args) -> int:
+    """`masrl config [CONFIG]`: the reference of every key; with a config, its values and its system's keys."""
+    if args.markdown:
+        if args.config or args.overrides:
+            raise ConfigError("--markdown prints the engine's keys (docs/config.md); pass no config")
+        print(config_markdown(), end="")
+        return 0
+    path, overrides = _split_config(args.config, args.overrides)
+    if path is None and not overrides:
+        print(config_text(), end="")
+        return 0
+    print(config_text(load_config(path, overrides)), end="")
+    return 0
+
+
 def _models(args) -> int:
     for component, configs in sorted(shipped_models().values(), key=lambda m: m[0].model or m[0].name):
         print(f"{component.model or component.name:10s} {component.what}, from the package {component.package}\n"
@@ -342,7 +366,8 @@ def _serve_inference(args, settings) -> int:
 
 
 _COMMANDS = {
-    "train": _train, "eval": _eval, "compare": _compare, "view": _view, "models": _models, "systems": _systems,
+    "train": _train, "eval": _eval, "compare": _compare, "view": _view, "config": _config, "models": _models,
+    "systems": _systems,
     "report": _report, "serve": _serve,
 }  # fmt: skip
 

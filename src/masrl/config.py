@@ -32,8 +32,8 @@ class RunConfig(Section):
 class ModelConfig(Section):
     name: str = Field("smollm2", description="'smollm2', 'tiny', a local HF directory, or a hub id")
     lora_rank: int = Field(16, ge=0, description="LoRA rank; 0 means full fine-tuning")
-    lora_alpha: int = Field(32, gt=0)
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    lora_alpha: int = Field(32, gt=0, description="LoRA scale: the adapter's update is multiplied by alpha / rank")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the LoRA adapters' input")
     bases: dict[str, str] = Field(
         default_factory=dict, description="policy -> base model name (as model.name; 'NAME#TAG' is another copy of "
         "NAME); unlisted policies and the gae value model use model.name. Policies on one name share one base "
@@ -46,7 +46,13 @@ class TaskConfig(Section):
         "math", description="a task family: built in (`masrl systems` lists them), 'package.module:OBJECT', or an "
         "installed plugin's name"
     )
-    dataset: str = Field("basic_arithmetic", description="reasoning-gym dataset name (kind=math)")
+    dataset: str = Field(
+        "basic_arithmetic", description="the reasoning-gym dataset of task.kind math (and of math_turns): "
+        "basic_arithmetic, chain_sum and gsm_symbolic have easy, medium and hard levels of their own "
+        "(masrl/tasks/math.py); any other reasoning-gym dataset (gcd, lcm, decimal_arithmetic, "
+        "fraction_simplification, simple_equations, prime_factorization, ...) runs at its own defaults at every "
+        "level; a name reasoning-gym does not have is refused with the list of all"
+    )
     difficulty: Literal["easy", "medium", "hard", "mixed"] = Field(
         "easy", description="mixed interleaves easy, medium and hard problems"
     )
@@ -59,7 +65,7 @@ class TaskConfig(Section):
     path: str | None = Field(
         None, description="JSONL question/answer file (kind=jsonl) or CHAMP pool file (kind=champ)"
     )
-    seed: int = 1234
+    seed: int = Field(1234, description="seed of the task family's items and of its train / held-out split")
 
 
 class SamplerConfig(Section):
@@ -76,9 +82,12 @@ class SamplerConfig(Section):
 
 
 class RolloutConfig(Section):
-    max_new_tokens: int = Field(64, gt=0)
+    max_new_tokens: int = Field(64, gt=0, description="longest reply of one call during training")
     temperature: float = Field(1.0, gt=0.0, description="sampling temperature during training")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_p: float = Field(
+        1.0, gt=0.0, le=1.0, description="nucleus sampling during training: draw from the smallest set of tokens "
+        "whose probabilities sum to top_p; 1 draws from all"
+    )
     max_batch: int = Field(64, gt=0, description="largest generate() batch")
     order: Literal["arrival", "place"] = Field(
         "arrival", description="arrival: an episode lists its calls as they finish and agents draw in the order "
@@ -119,12 +128,28 @@ class RolloutConfig(Section):
         32768, gt=0, description="also cut a generate() batch before rows x (longest prompt + max_new_tokens) exceeds "
         "this: bounds its KV cache and prefill activations when prompts are long; null: only max_batch counts"
     )
+    on_system_error: Literal["stop", "drop"] = Field(
+        "stop", description="when the system's own code raises (start, next_step, advance, expand): stop: the run "
+        "stops with one line naming the system, the hook, the file and line and the exception (exit code 4); drop: "
+        "the episode it raised in is dropped and counted failed (metrics: failed, dropped), as an episode whose "
+        "agent call failed is; either way the traceback goes to <run.dir>/errors.log"
+    )
+    max_dropped: float = Field(
+        0.5, ge=0.0, le=1.0, description="on_system_error=drop: a rollout (a training step, an evaluation) that drops "
+        "more than this share of its episodes stops the run as on_system_error=stop does"
+    )
 
 
 class RewardConfig(Section):
     weights: dict[str, float] = Field(
         default_factory=lambda: {"correct": 1.0, "format": 0.1},
-        description="weight of each reward component (correct, format)",
+        description="the reward of system.kind single (single-arithmetic, router-solver): the sum of weight x "
+        "component over the task's two components, correct (1 when the task scores the extracted answer right, "
+        "else 0) and format (1 for one non-empty <answer>...</answer> with nothing after it, 0.5 for a pair that "
+        "breaks one of these, 0 for none; masrl/tasks/rewards.py); a component left out weighs 0. Every other "
+        "system (router, budget, search, turns, puppeteer, program, a plugin) gives each call its own scalar "
+        "reward (Transition.reward), used as it is: these weights do not touch it. The components a system "
+        "reports are logged as reward/<name> either way",
     )
 
 
@@ -143,9 +168,14 @@ class AlgoConfig(Section):
         "AT-GRPO's (environment, agent, turn) groups; run: all calls of a task's runs (one advantage per run) "
         "(masrl/algos/credit.py)"
     )
-    aggregation: Literal["token_mean", "seq_mean"] = "token_mean"
-    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
-    clip_high: float = Field(0.2, ge=0.0)
+    aggregation: Literal["token_mean", "seq_mean"] = Field(
+        "token_mean", description="token_mean: the loss averaged over all tokens of the batch; seq_mean: each "
+        "sequence over its tokens, then over sequences (masrl/algos/losses.py)"
+    )
+    clip_low: float = Field(
+        0.2, ge=0.0, lt=1.0, description="PPO ratio clipping below 1: the ratio is clipped at 1 - clip_low"
+    )
+    clip_high: float = Field(0.2, ge=0.0, description="PPO ratio clipping above 1: the ratio is clipped at 1 + clip_high")
     kl_coef: float = Field(0.0, ge=0.0, description="k3 KL to the reference; 0 skips the reference pass")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount: per turn in tree_q credit, per token in gae")
     lam: float = Field(1.0, ge=0.0, le=1.0, description="gae: GAE lambda (1 = Monte-Carlo return minus V)")
@@ -173,7 +203,7 @@ class CriticConfig(Section):
     """The value model of algo.advantage=gae: a value head on its own LoRA adapter of the policy's base model."""
 
     lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate of the value adapter and head")
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay of the value adapter and head")
     value_clip: float | None = Field(
         0.2, gt=0.0, description="PPO value clipping: a value moves at most this far from its scoring-time "
         "prediction per update; null switches clipping off"
@@ -186,14 +216,17 @@ class CriticConfig(Section):
 
 
 class TrainerConfig(Section):
-    steps: int = Field(40, ge=1)
+    steps: int = Field(40, ge=1, description="training steps")
     batch_size: int = Field(8, ge=1, description="tasks per step")
-    lr: float = Field(2e-4, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
+    lr: float = Field(
+        2e-4, gt=0.0, description="AdamW learning rate of each policy's adapter (or of all weights with "
+        "model.lora_rank 0)"
+    )
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     micro_batch: int = Field(8, ge=1, description="sequences per forward/backward")
-    max_grad_norm: float = Field(1.0, gt=0.0)
-    checkpoint_every: int = Field(10, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping: the global norm of each policy's gradient")
+    checkpoint_every: int = Field(10, ge=1, description="write a checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept, the newest")
     log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl (the batch's first N)")
     log_episodes_every: int = Field(
         1, ge=1, description="write samples.jsonl trees at step 1 and every N-th step (keeps long runs' files small)"
@@ -239,7 +272,7 @@ class EvalConfig(Section):
     size: int = Field(100, ge=1, description="held-out items")
     before: bool = Field(True, description="evaluate the untrained policy before step 1")
     every: int = Field(0, ge=0, description="evaluate every N steps; 0 = only at the end")
-    max_new_tokens: int = Field(64, gt=0)
+    max_new_tokens: int = Field(64, gt=0, description="longest reply of one call during evaluation")
 
 
 class SandboxConfig(Section):
@@ -247,7 +280,10 @@ class SandboxConfig(Section):
     namespaces; a machine without them refuses to run agent code unless `limits_only` is true,
     which runs it under rlimits and the audit hook only and warns on every call."""
 
-    limits_only: bool = False
+    limits_only: bool = Field(
+        False, description="true: run agent code under rlimits and the audit hook only, warning on every call "
+        "(machines without user namespaces)"
+    )
 
 
 class SystemSection(Section):

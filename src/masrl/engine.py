@@ -19,7 +19,11 @@ A policy's KL reference is its own base with the adapters disabled.
 bf16 weights and autocast on CUDA by default, float32 on CPU.
 
 The engine keeps the built system's spec (`engine.spec`) and the optional methods the system
-has (`engine.hooks`, checked once here against masrl.rollout.tree's Protocols). A config's
+has (`engine.hooks`, checked once here against masrl.rollout.tree's Protocols). A system is a
+user's code: before any model loads, the built system is checked (its methods, and that its first
+step on a training item names an agent the builder serves, `check_system`), and `engine.errors`
+says what a rollout does when its code raises (`rollout.on_system_error`; tracebacks go to
+RUN_DIR/errors.log). A config's
 `sandbox.limits_only` holds while its engine lives (until `Engine.close`), not for the process.
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,7 +51,8 @@ from masrl.rollout.decode import LeanEngine
 from masrl.rollout.openai_engine import InferenceServers
 from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
 from masrl.rollout.service import GenerationService
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemHooks
+from masrl.rollout.system_errors import SystemErrors
+from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemHooks, check_system
 from masrl.sandbox import limits_only_chosen
 from masrl.systems.api import Built, SystemSpec
 from masrl.tasks.base import Task
@@ -72,6 +78,7 @@ class Engine:
     remotes: list[tuple[Any, PolicyModel]] = field(default_factory=list)
     env: EnvSteps | None = None  # environment steps on threads (rollout.env_threads), None: on the event loop
     scope: ExitStack = field(default_factory=ExitStack)  # what holds while the engine lives (sandbox.limits_only)
+    errors: SystemErrors = SystemErrors()  # what a rollout does when the system's code raises (rollout.on_system_error)
 
     def publish(self, version: int) -> None:
         """Send the current adapters, as `version`, to every remote engine (before it generates again)."""
@@ -185,10 +192,19 @@ def build_engine(config: Config, model: Any = None) -> Engine:
         raise
 
 
+def system_errors(config: Config) -> SystemErrors:
+    """What a rollout does when the system's own code raises, and where its tracebacks go."""
+    r = config.rollout
+    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log")
+
+
 def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
     task = build_task(config.task)
     spec = resolve_system(config.system.kind)
     built = spec.build(config, task)
+    errors = system_errors(config)
+    served = [*built.policies, *built.frozen, *built.heads]
+    check_system(built.system, next(iter(task.items("train", 0, 1)), None), served, errors)  # before any model loads
     gae = config.algo.advantage == "gae"
     if gae and CRITIC in built.policies.values():
         raise ConfigError(f"policy name {CRITIC!r} is taken by the value model of algo.advantage=gae")
@@ -215,11 +231,12 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
         learners=learners,
         frozen=built.frozen,
         spec=spec,
-        hooks=SystemHooks.of(built.system),
+        hooks=SystemHooks.of(built.system, errors),
         critic=critic,
         remotes=remotes,
         env=env,
         scope=scope,
+        errors=errors,
     )  # fmt: skip
 
 

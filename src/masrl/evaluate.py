@@ -84,7 +84,8 @@ class EvalResult:
 
 def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
     started = time.perf_counter()
-    episodes = asyncio.run(rollout(engine.system, engine.eval_agents, items, Parallel(1), env=engine.env))
+    episodes = asyncio.run(rollout(engine.system, engine.eval_agents, items, Parallel(1), env=engine.env,
+                                   errors=engine.errors))  # fmt: skip
     finals = [ep.leaves()[0] for ep in episodes]
     ok = [c for c in finals if not c.failed]
     tokens = [sum(c.reply.tokens_out for c in ep.calls if c.reply) for ep in episodes]

@@ -82,6 +82,8 @@ def train_step(
     episodes = distributed.broadcast(episodes)
     t_sample = time.perf_counter() - t0  # what this loop waited; less than t_generate when sampled ahead
     metrics = episode_metrics(episodes)
+    if engine.errors.on_error == "drop":  # episodes dropped because the system's code raised in them
+        metrics["dropped"] = float(sum(ep.dropped is not None for ep in episodes))
     if metrics["failed"] == metrics["trajectories"]:
         first = next(c.error for ep in episodes for c in ep.calls if c.error)
         raise TrainingError(f"step {step}: every episode failed; first error: {first}")
@@ -110,7 +112,8 @@ def sample_step(engine: Engine, step: int) -> list[Episode]:
     n = engine.config.trainer.batch_size
     tasks = engine.task.items("train", (step - 1) * n, n)
     key = f"{engine.config.run.seed}:train:{step}" if engine.config.rollout.order == "place" else None
-    return asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, key, env=engine.env))
+    return asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule, key, env=engine.env,
+                               errors=engine.errors))  # fmt: skip
 
 
 # ------------------------------------------------------------------ the loop

@@ -89,6 +89,13 @@ class EnvironmentProblem(RuntimeError):
     """The machine, not the config, stops the run (exit code 3); the message says what to do."""
 
 
+class SystemCodeError(RuntimeError):
+    """The system's own code raised, or asked for an agent nobody serves, and the run stops (exit code 4).
+
+    The message is one line naming the system, its hook, the file and line and the exception; the
+    traceback is in the run directory's errors.log (masrl.rollout.tree.SystemErrors)."""
+
+
 @dataclass(frozen=True)
 class TaskItem:
     """One problem instance. The task family that made it owns its verification."""
@@ -135,6 +142,9 @@ class Episode:
 
     task: TaskItem
     calls: tuple[Call, ...]
+    # Why the rollout dropped it (the system raised; rollout.on_system_error: drop): its calls are kept
+    # for their cost, each marked failed, so none is trained on or counted right. None: it ran.
+    dropped: str | None = None
 
     def children(self, call_id: str | None) -> list[Call]:
         return [c for c in self.calls if c.parent == call_id]

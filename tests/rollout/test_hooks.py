@@ -60,7 +60,7 @@ def test_a_method_set_to_none_and_half_of_a_state_pair_are_absent():
 
 def test_the_engine_keeps_its_spec_and_the_hooks_of_its_system(one_thread):
     search = build_engine(load_config("search-fof", tiny_run()))
-    assert search.spec is resolve_system("search") and search.hooks == SystemHooks.of(search.system)
+    assert search.spec is resolve_system("search") and search.hooks == SystemHooks.of(search.system, search.errors)
     assert search.hooks.observe is not None and search.hooks.eval_item_metrics is not None
     assert search.hooks.state is None
     search.close()

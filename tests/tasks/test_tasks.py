@@ -11,7 +11,7 @@ from masrl.config import ConfigError, TaskConfig
 from masrl.registry import build_task
 from masrl.tasks import BUILTIN, Grade, Task, format_reward, grade, held_out, reward_terms
 from masrl.tasks.jsonl import JsonlTask
-from masrl.tasks.math import MathTask, _verify, extract_math_answer, math_equal
+from masrl.tasks.math import DIFFICULTY, MathTask, _verify, extract_math_answer, math_equal, reasoning_gym_datasets
 from masrl.types import TaskItem
 
 # ---- MathTask: determinism and splits ----
@@ -350,3 +350,13 @@ def test_build_task(tmp_path):
     assert isinstance(build_task(TaskConfig(kind="jsonl", path=str(path))), JsonlTask)
     with pytest.raises(ConfigError, match="task.kind: unknown task family 'gsm8k'; available: champ, code, jsonl"):
         build_task(TaskConfig(kind="gsm8k"))
+
+
+def test_an_unknown_math_dataset_is_a_config_error_listing_every_name():
+    names = reasoning_gym_datasets()
+    assert len(names) == 106 and set(DIFFICULTY) <= set(names)  # reasoning-gym 0.1.25
+    with pytest.raises(ConfigError) as refused:
+        build_task(TaskConfig(kind="math", dataset="basic_arithmetics"))
+    assert str(refused.value) == ("task.dataset 'basic_arithmetics' is not a reasoning-gym dataset. Levels of their "
+                                  "own: basic_arithmetic, chain_sum, gsm_symbolic; all of reasoning-gym's (at their "
+                                  f"defaults): {', '.join(names)}")  # fmt: skip

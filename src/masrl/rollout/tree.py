@@ -32,6 +32,14 @@ engine builds the system, and the loop and the evaluation call what it found.
 A backend failure (AgentError, or any exception from a frozen agent) ends that
 branch with a failed call; the other branches go on.
 
+A system is untrusted code (a user's plugin). Its hooks run through `call_hook`, and what they
+raise is handled by the rollout's `SystemErrors` (masrl.rollout.system_errors,
+`rollout.on_system_error`): one line naming the system, the hook, the file and line and the
+exception, then the run stops, or the episode it raised in is dropped (its calls marked failed, the
+other episodes and branches go on). A step for an agent that no policy or frozen agent serves always
+stops, at its first occurrence, with the agents there are; `check_system` tries one item when the
+engine is built, before any model loads.
+
 A rollout given a `key` (`rollout.order: place`; the key names the run seed
 and step) depends only on where each call sits, not on the order concurrent
 replies happened to arrive in (remote agents answer in any order): every call
@@ -59,14 +67,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from masrl.agents.base import Agent
-from masrl.types import Call, Episode, Message, Reply, TaskItem
+from masrl.rollout.system_errors import Guarded, HookFailed, SystemErrors, as_failure, call_hook
+from masrl.types import Call, Episode, Message, Reply, SystemCodeError, TaskItem
 
 
 @dataclass(frozen=True)
@@ -146,13 +155,41 @@ class SystemHooks:
     eval_item_metrics: Callable[[Episode], Mapping[str, float]] | None = None
 
     @classmethod
-    def of(cls, system: object) -> SystemHooks:
+    def of(cls, system: object, errors: SystemErrors = SystemErrors()) -> SystemHooks:
+        """The hooks `system` has, each stopping the run with one line when it raises (`errors`)."""
+
+        def guarded(hook: str, present: bool) -> Callable[..., Any] | None:
+            return Guarded(hook, getattr(system, hook), system, errors) if present else None
+
         return cls(
-            observe=system.observe if isinstance(system, Observes) else None,
+            observe=guarded("observe", isinstance(system, Observes)),
             state=system if isinstance(system, Stateful) else None,
-            eval_metrics=system.eval_metrics if isinstance(system, EvalMetrics) else None,
-            eval_item_metrics=system.eval_item_metrics if isinstance(system, ItemMetrics) else None,
+            eval_metrics=guarded("eval_metrics", isinstance(system, EvalMetrics)),
+            eval_item_metrics=guarded("eval_item_metrics", isinstance(system, ItemMetrics)),
         )
+
+
+def check_system(system: object, item: TaskItem | None, agents: Collection[str], errors: SystemErrors) -> None:
+    """What can be checked of a built system before any model loads: it has the methods a rollout calls,
+    and its first step on `item` (a training item) names an agent that is served. A hook that raises
+    here stops the run with on_error 'stop'; with 'drop' the rollout sees to it, episode by episode."""
+    if isinstance(system, Expands):
+        return
+    missing = [m for m in ("start", "next_step", "advance") if not callable(getattr(system, m, None))]
+    if missing:
+        raise SystemCodeError(f"system {errors.title(system)} built a {type(system).__name__} without "
+                              f"{', '.join(missing)}: a system needs start, next_step and advance, or expand "
+                              "(docs/api.md)")  # fmt: skip
+    if item is None:
+        return
+    try:
+        step = call_hook("next_step", system.next_step, call_hook("start", system.start, item))
+    except HookFailed as failure:
+        if errors.on_error == "stop":
+            raise errors.stop(system, failure) from None
+        return
+    if step.agent not in agents:
+        raise errors.unknown_agent(system, step.agent, agents)
 
 
 # ---------------------------------------------------------------- samplers
@@ -314,31 +351,69 @@ class EnvSteps:
 
 async def expand(
     system: System, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner,
-    key: str | None = None, slot: int = 0, env: EnvSteps | None = None,
+    key: str | None = None, slot: int = 0, env: EnvSteps | None = None, errors: SystemErrors = SystemErrors(),
 ) -> Episode:  # fmt: skip
     if isinstance(system, Expands):  # a system that is not a state machine grows its own tree (an agent program)
-        return await system.expand(agents, task, rule)
+        return await _expand_own(system, agents, task, rule, errors)
     calls: list[Call] = []  # appended parents first
+    broken: list[HookFailed] = []  # on_error 'drop': what the system raised; the episode is dropped
 
     def address(parent: str | None, i: int, first: int) -> str | None:
         return None if key is None else call_address(key, slot, _call_id(parent, i, first))
 
+    def fail(failure: HookFailed) -> None:
+        if errors.on_error == "stop":
+            raise errors.stop(system, failure) from None
+        broken.append(failure)
+
     async def grow(state: Any, parent: str | None, depth: int, rule: BranchRule, first: int = 0) -> None:
-        step = system.next_step(state)
-        agent = agents[step.agent]
+        if broken:  # the episode is dropped: its other branches end here
+            return
+        try:
+            step = call_hook("next_step", system.next_step, state)
+        except HookFailed as failure:
+            return fail(failure)
+        agent = _agent(system, step, agents, errors)
         width = rule.width(depth, step)
         outcomes = await asyncio.gather(*(_invoke(agent, step.messages, address(parent, i, first))
                                           for i in range(width)))  # fmt: skip
-        children = await _children(system, state, step, outcomes, parent, first, env)
+        children, failure = await _children(system, state, step, outcomes, parent, first, env)
         calls.extend(c for c, _ in children)
+        if failure is not None:
+            return fail(failure)
         live = _continuing(rule, depth, step, children)
         await asyncio.gather(*(grow(tr.state, call.id, depth + 1, rule) for call, tr in live))
 
-    start = system.start(task)
-    await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in _roots(system, start, task, rule)))
+    try:
+        start = call_hook("start", system.start, task)
+        roots = _roots(system, start, task, rule)
+    except HookFailed as failure:
+        return errors.drop(system, task, (), failure)
+    await asyncio.gather(*(grow(start, None, 0, plan, first) for plan, first in roots))
     if key is not None:  # by place: level by level in tree order, not in the order replies finished in
         calls.sort(key=_tree_order)
-    return Episode(task=task, calls=tuple(calls))
+    return errors.drop(system, task, calls, broken[0]) if broken else Episode(task=task, calls=tuple(calls))
+
+
+async def _expand_own(
+    system: Expands, agents: Mapping[str, Agent], task: TaskItem, rule: BranchRule | Planner, errors: SystemErrors
+) -> Episode:
+    """The episode a system grows itself; what its `expand` raises is its own error, handled as the hooks' are."""
+    try:
+        return await system.expand(agents, task, rule)
+    except Exception as exc:
+        failure = as_failure("expand", exc)
+        if failure is None:
+            raise
+        return errors.drop(system, task, (), failure)
+
+
+def _agent(system: System, step: Step, agents: Mapping[str, Agent], errors: SystemErrors) -> Agent:
+    """The agent that answers `step`; a name that none serves stops the run at its first occurrence."""
+    agent = agents.get(step.agent)
+    if agent is None:
+        raise errors.unknown_agent(system, step.agent, agents)
+    return agent
 
 
 def _roots(system: System, start: Any, task: TaskItem, rule: BranchRule | Planner) -> list[tuple[BranchRule, int]]:
@@ -346,25 +421,45 @@ def _roots(system: System, start: Any, task: TaskItem, rule: BranchRule | Planne
     plans = rule.plans(task) if isinstance(rule, Planner) else [rule]  # a Planner, or one BranchRule
     firsts = [0]  # the first root id of each plan's tree
     for plan in plans[:-1]:
-        firsts.append(firsts[-1] + plan.width(0, system.next_step(start)))
+        firsts.append(firsts[-1] + plan.width(0, call_hook("next_step", system.next_step, start)))
     return list(zip(plans, firsts))
+
+
+async def _advance(system: System, state: Any, step: Step, reply: Reply, env: EnvSteps | None) -> Transition:
+    """The system's `advance`, on the event loop or on an environment thread (`env`)."""
+    if env is None:
+        return call_hook("advance", system.advance, state, step, reply)
+    try:
+        return await env.advance(system, state, step, reply)
+    except Exception as exc:
+        failure = as_failure("advance", exc)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 async def _children(
     system: System, state: Any, step: Step, outcomes: Sequence[tuple[Reply | None, str | None]],
     parent: str | None, first: int, env: EnvSteps | None,
-) -> list[tuple[Call, Transition | None]]:  # fmt: skip
-    """The calls drawn at one node, each advanced in turn (a failed draw ends its branch)."""
+) -> tuple[list[tuple[Call, Transition | None]], HookFailed | None]:  # fmt: skip
+    """The calls drawn at one node, each advanced in turn (a failed draw ends its branch), and what the
+    system raised while advancing them: that call and the ones after it stay unadvanced (done)."""
     children: list[tuple[Call, Transition | None]] = []
+    failure: HookFailed | None = None
     for i, (reply, error) in enumerate(outcomes):
         base = dict(id=_call_id(parent, i, first), parent=parent, agent=step.agent, role=step.role, turn=step.turn, messages=step.messages)
-        if reply is None:
-            children.append((Call(**base, reply=None, done=True, error=error), None))
+        if reply is None or failure is not None:
+            children.append((Call(**base, reply=reply, done=True, error=error), None))
             continue
-        tr = await env.advance(system, state, step, reply) if env else system.advance(state, step, reply)
+        try:
+            tr = await _advance(system, state, step, reply, env)
+        except HookFailed as raised:
+            failure = raised
+            children.append((Call(**base, reply=reply, done=True), None))
+            continue
         call = Call(**base, reply=reply, action=tr.action, rewards=dict(tr.rewards), reward=tr.reward, done=tr.done)
         children.append((call, tr))
-    return children
+    return children, failure
 
 
 def _continuing(rule: BranchRule, depth: int, step: Step, children: Sequence[tuple[Call, Transition | None]]
@@ -388,32 +483,54 @@ class _Node:
 
 async def _lockstep(
     system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
-    key: str | None, env: EnvSteps | None,
+    key: str | None, env: EnvSteps | None, errors: SystemErrors,
 ) -> list[Episode]:  # fmt: skip
     """Every task's tree grown level by level: a level's calls at once, then its steps in task order."""
     calls: list[list[Call]] = [[] for _ in tasks]
+    broken: dict[int, HookFailed] = {}  # on_error 'drop': task slot -> what the system raised there
+
+    def fail(slot: int, failure: HookFailed) -> None:
+        if errors.on_error == "stop":
+            raise errors.stop(system, failure) from None
+        broken.setdefault(slot, failure)
+
     level: list[_Node] = []
     for slot, task in enumerate(tasks):
-        start = system.start(task)
-        level += [_Node(slot, start, None, 0, plan, first) for plan, first in _roots(system, start, task, rule)]
+        try:
+            start = call_hook("start", system.start, task)
+            level += [_Node(slot, start, None, 0, plan, first) for plan, first in _roots(system, start, task, rule)]
+        except HookFailed as failure:
+            fail(slot, failure)
     while level:
-        steps = [system.next_step(n.state) for n in level]
-        widths = [n.rule.width(n.depth, step) for n, step in zip(level, steps)]
-        draws = [(agents[step.agent], step.messages,
+        stepped: list[tuple[_Node, Step]] = []
+        for n in level:
+            try:
+                stepped.append((n, call_hook("next_step", system.next_step, n.state)))
+            except HookFailed as failure:
+                fail(n.slot, failure)
+        stepped = [(n, step) for n, step in stepped if n.slot not in broken]
+        widths = [n.rule.width(n.depth, step) for n, step in stepped]
+        draws = [(_agent(system, step, agents, errors), step.messages,
                   None if key is None else call_address(key, n.slot, _call_id(n.parent, i, n.first)))
-                 for n, step, width in zip(level, steps, widths) for i in range(width)]  # fmt: skip
+                 for (n, step), width in zip(stepped, widths) for i in range(width)]  # fmt: skip
         outcomes = iter(await asyncio.gather(*(_invoke(*draw) for draw in draws)))
         after: list[_Node] = []
-        for n, step, width in zip(level, steps, widths):
+        for (n, step), width in zip(stepped, widths):
             drawn = [next(outcomes) for _ in range(width)]
-            children = await _children(system, n.state, step, drawn, n.parent, n.first, env)
+            if n.slot in broken:  # its task was dropped earlier in this level
+                continue
+            children, failure = await _children(system, n.state, step, drawn, n.parent, n.first, env)
             calls[n.slot].extend(c for c, _ in children)
+            if failure is not None:
+                fail(n.slot, failure)
+                continue
             after += [_Node(n.slot, tr.state, call.id, n.depth + 1, n.rule)
                       for call, tr in _continuing(n.rule, n.depth, step, children)]  # fmt: skip
-        level = after
+        level = [n for n in after if n.slot not in broken]
     if key is not None:
         calls = [sorted(cs, key=_tree_order) for cs in calls]
-    return [Episode(task=task, calls=tuple(cs)) for task, cs in zip(tasks, calls)]
+    return [errors.drop(system, task, cs, broken[slot]) if slot in broken else Episode(task=task, calls=tuple(cs))
+            for slot, (task, cs) in enumerate(zip(tasks, calls))]  # fmt: skip
 
 
 def _tree_order(call: Call) -> tuple[int, tuple[int, ...]]:
@@ -438,11 +555,17 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...], address: str | No
 async def rollout(
     system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
     key: str | None = None, env: EnvSteps | None = None, lockstep: bool = False,
+    errors: SystemErrors = SystemErrors(),
 ) -> list[Episode]:  # fmt: skip
     """Expand every task's tree concurrently, so generation batches across tasks. `key` (unique
     within a run) makes the rollout one by place (see the module's doc); None: by arrival.
     `lockstep`: level by level across tasks, environment steps in task order (a system stepped from
-    here; one that grows its own tree cannot be)."""
+    here; one that grows its own tree cannot be). `errors`: what the system's own exceptions do (the
+    default stops at the first); more than `errors.max_dropped` of the episodes dropped stops too."""
     if lockstep:
-        return await _lockstep(system, agents, tasks, rule, key, env)
-    return list(await asyncio.gather(*(expand(system, agents, t, rule, key, i, env) for i, t in enumerate(tasks))))
+        episodes = await _lockstep(system, agents, tasks, rule, key, env, errors)
+    else:
+        episodes = list(await asyncio.gather(*(expand(system, agents, t, rule, key, i, env, errors)
+                                               for i, t in enumerate(tasks))))  # fmt: skip
+    errors.check_share(system, episodes)
+    return episodes

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from masrl.config import ConfigError
 from masrl.tasks.base import SPLITS, check_split, held_out
 from masrl.types import TaskItem
 
@@ -93,7 +94,8 @@ class MathTask:
         self._items: dict[str, list[TaskItem]] = {split: [] for split in SPLITS}
         self._chunks_read = {split: 0 for split in SPLITS}
         self._lock = threading.Lock()  # items() may be called from several rollout workers
-        self._generator(seed=0, size=1)  # a bad dataset name or config fails here, not mid-run
+        check_dataset(dataset)
+        self._generator(seed=0, size=1)  # a bad config fails here, not mid-run
 
     def items(self, split: str, start: int, count: int) -> list[TaskItem]:
         check_split(split)
@@ -162,6 +164,22 @@ class MathTask:
             return reasoning_gym.create_dataset(self.dataset, seed=seed, size=size, **self.overrides)
         except (TypeError, ValueError, AssertionError) as e:
             raise ValueError(f"reasoning-gym dataset {self.dataset!r} with config {self.overrides}: {e}") from e
+
+
+def reasoning_gym_datasets() -> list[str]:
+    """The names reasoning-gym has a dataset for (106 in reasoning-gym 0.1.25)."""
+    from reasoning_gym.factory import DATASETS  # lazy: importing reasoning_gym registers every dataset (about 2 s)
+
+    return sorted(DATASETS)
+
+
+def check_dataset(name: str) -> None:
+    """Refuse a dataset name reasoning-gym does not have, listing the names it has (a ConfigError: the user's to fix)."""
+    names = reasoning_gym_datasets()
+    if name not in names:
+        tuned = ", ".join(DIFFICULTY)
+        raise ConfigError(f"task.dataset {name!r} is not a reasoning-gym dataset. Levels of their own: {tuned}; "
+                          f"all of reasoning-gym's (at their defaults): {', '.join(names)}")  # fmt: skip
 
 
 class MixedMathTask:

@@ -38,8 +38,12 @@ class RouterConfig(SystemSection):
         True, description="ask for the verdict of turn T, which can no longer re-route; false ends the episode on "
         "the draft written before it (the answer either way)",
     )
-    routing_weight: float = Field(0.5, ge=0.0)
-    verification_weight: float = Field(0.5, ge=0.0)
+    routing_weight: float = Field(
+        0.5, ge=0.0, description="w_r in the controller's reward r_t = w_r R'_r + w_v R_v (sec. 3.2: 0.5)"
+    )
+    verification_weight: float = Field(
+        0.5, ge=0.0, description="w_v in the controller's reward r_t = w_r R'_r + w_v R_v (sec. 3.2: 0.5)"
+    )
     baselines: list[str] = Field(
         default_factory=lambda: list(BASELINES),
         description="one-shot routers evaluated beside the controller at the end of training "

@@ -1,0 +1,105 @@
+"""A user's system that raises, trained on the tiny model through `masrl train` (issue 38, item 5).
+
+The system (tests/support/faulty_system.py, found by its dotted path as a user's plugin is) raises in
+`advance` or in `next_step` on one item of four (the item whose id ends with "/1"). With the default
+`rollout.on_system_error: stop` the run stops with one `masrl:` line and exit code 4, the traceback
+in RUN_DIR/errors.log; with `drop` that episode is dropped and counted, and the run finishes. A step
+for an agent nobody serves stops at its first occurrence, or when the system is built when its first
+step names it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from smoke import tiny_run
+
+import masrl.engine
+from masrl.cli import main
+from masrl.types import ExitCode
+
+SOURCE = Path(__file__).resolve().parent / "support" / "faulty_system.py"
+KIND = "faulty_system:SYSTEM"
+G = 2  # sampler.group_size: draws per episode (parallel)
+
+
+def line_of(marker: str) -> int:
+    lines = SOURCE.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# RAISES: {marker}"))
+
+
+def train(run: Path, *overrides: str) -> int:
+    return main(["train", "single-arithmetic", f"system.kind={KIND}", *tiny_run(batch_size=4, eval_size=4),
+                 "trainer.steps=1", f"sampler.group_size={G}", "eval.before=false", f"run.dir={run}",
+                 *overrides])  # fmt: skip
+
+
+def masrl_line(err: str) -> str:
+    """The `masrl:` line on stderr (the progress bar may share the terminal line before it)."""
+    lines = [line[line.index("masrl: "):] for line in err.splitlines() if "masrl: " in line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+WHAT = {"advance": "KeyError: 'x'", "next_step": "KeyError: 'basic_arithmetic/train/1'"}
+
+
+@pytest.mark.parametrize("hook", ["advance", "next_step"])
+def test_stop_one_line_exit_code_4_traceback_in_the_run_log(hook, tmp_path, capsys, one_thread):
+    run = tmp_path / "run"
+    assert train(run, f"system.hook={hook}") == ExitCode.SYSTEM == 4
+    log = run / "errors.log"
+    assert masrl_line(capsys.readouterr().err) == (
+        f"masrl: system '{KIND}' raised in {hook} (faulty_system.py:{line_of(hook)}): {WHAT[hook]} "
+        f"(traceback in {log})"
+    )
+    text = log.read_text()
+    assert text.startswith(f"system '{KIND}' raised in {hook}:\nTraceback (most recent call last):\n")
+    assert f'faulty_system.py", line {line_of(hook)}' in text and text.rstrip().endswith(WHAT[hook])
+    assert not (run / "metrics.jsonl").exists() or "train" not in (run / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("hook", ["advance", "next_step"])
+def test_drop_counts_the_episode_as_failed_and_the_run_finishes(hook, tmp_path, capsys, one_thread):
+    run = tmp_path / "run"
+    assert train(run, f"system.hook={hook}", "rollout.on_system_error=drop") == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in rows if r["kind"] == "train")
+    # Four episodes of G=2 draws; item 1's is dropped. Raised in advance, it keeps its G answered draws, both
+    # marked failed; raised in next_step, before any call, it is one failed call.
+    failed = G if hook == "advance" else 1
+    assert (step["dropped"], step["failed"], step["trajectories"]) == (1.0, failed, 3 * G + failed)
+    assert step["calls"] == (4 * G if hook == "advance" else 3 * G)  # answered calls, the dropped draws' too
+    final = next(r for r in rows if r["kind"] == "eval")
+    assert final["eval/failed"] == 1.0 and final["eval/items"] == 4.0  # eval item 1 is dropped too
+    log = (run / "errors.log").read_text()
+    assert log.count("Traceback (most recent call last)") == 2  # the training step's and the evaluation's
+    assert log.count(f"raised in {hook}:") == 2 and WHAT[hook] in log
+    assert "masrl: system" not in capsys.readouterr().err
+
+
+def test_drop_stops_when_more_than_the_share_of_a_step_fails(tmp_path, capsys, one_thread):
+    run = tmp_path / "run"
+    assert train(run, "system.hook=advance", "system.items=", "rollout.on_system_error=drop") == ExitCode.SYSTEM
+    assert masrl_line(capsys.readouterr().err) == (
+        f"masrl: system '{KIND}' raised in 4 of 4 episodes, more than rollout.max_dropped=0.5 of them; the first: "
+        f"advance (faulty_system.py:{line_of('advance')}): KeyError: 'x' (tracebacks in {run / 'errors.log'})"
+    )
+
+
+def test_a_step_for_an_unknown_agent_is_refused_at_its_first_occurrence(tmp_path, capsys, one_thread):
+    assert train(tmp_path / "run", "system.then=judge") == ExitCode.SYSTEM
+    next_step = SOURCE.read_text().splitlines().index("    def next_step(self, state):") + 1
+    assert masrl_line(capsys.readouterr().err) == (
+        f"masrl: system '{KIND}' asked for agent 'judge' in next_step (faulty_system.py:{next_step}), which no "
+        "policy or frozen agent serves; its agents are ['solver']"
+    )
+
+
+def test_a_first_step_for_an_unknown_agent_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    loaded = []
+    monkeypatch.setattr(masrl.engine, "load_bases", lambda *a, **k: loaded.append(a) or pytest.fail("model loaded"))
+    assert train(tmp_path / "run", "system.first=judge") == ExitCode.SYSTEM
+    assert "asked for agent 'judge' in next_step" in masrl_line(capsys.readouterr().err) and loaded == []
