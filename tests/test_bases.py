@@ -17,7 +17,8 @@ from masrl.config import ConfigError
 from masrl.loading import load_config
 from masrl.engine import base_plan, build_engine
 from masrl.learners import CRITIC
-from masrl.models import _smollm2_cached, load_model
+from masrl.components import smollm2_converted
+from masrl.models import load_model
 from masrl.resume import checkpoint, restore
 from masrl.rollout.tree import rollout
 from masrl.scoring import score
@@ -215,7 +216,7 @@ def test_shipped_separate_bases_config_runs_two_steps_evaluates_and_serves(tmp_p
     assert main(["serve", str(run), "--policy", "nobody"]) == 2  # not a trained agent: one line, exit 2
 
 
-@pytest.mark.skipif(not (_smollm2_cached() / "config.json").exists(), reason="needs the converted SmolLM2 copy")
+@pytest.mark.skipif(not (smollm2_converted() / "config.json").exists(), reason="needs the converted SmolLM2 copy")
 def test_gae_needs_every_base_on_the_value_models_vocabulary():
     # The value model (on model.name = tiny, a 259-token byte vocabulary) cannot read SmolLM2's token ids.
     config = load_config(PER_ROLE, [*FAST, "algo.advantage=gae", "algo.grouping=task", "model.bases={tool: smollm2}"])

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from masrl.models import SMOLLM2_GGUF, _smollm2_gguf_dir, ensure_smollm2, load_model
+from masrl.components import SMOLLM2_GGUF, smollm2_gguf_dir
+from masrl.models import ensure_smollm2, load_model
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +19,7 @@ def test_cached_conversion_has_the_gguf_logits():
 
     cached = load_model("smollm2")
     assert (ensure_smollm2() / "model.safetensors").exists()
-    gguf = AutoModelForCausalLM.from_pretrained(_smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    gguf = AutoModelForCausalLM.from_pretrained(smollm2_gguf_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
     ids = cached.tokenizer("What is 12 + 30?", return_tensors="pt")["input_ids"]
     with torch.no_grad():
         a = cached.model(ids).logits

@@ -15,11 +15,13 @@ import webbrowser
 from pathlib import Path
 
 from masrl.checkpoint import atomic_write_json
+from masrl.components import MissingComponent, cache_dir, status
 from masrl.compare import compare_runs
 from masrl.config import ConfigError
 from masrl.evaluate import eval_record, evaluate_system
 from masrl.loading import load_config
 from masrl.memory import reexec_with_jemalloc
+from masrl.preflight import preflight, shipped_models
 from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
 from masrl.run_files import read_metrics
@@ -122,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command not in _COMMANDS:
             return _system_commands()[args.command][1].run(args)
         return _COMMANDS[args.command](args)
+    except MissingComponent as exc:  # not a mistake in the config: something to install (masrl.preflight)
+        print(f"masrl: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"masrl: config error: {exc}", file=sys.stderr)
         return 2
@@ -163,12 +168,14 @@ def _train(args) -> int:
                 raise ConfigError(f"{args.resume} is not a run directory (no config.yaml)")
             if args.seeds is not None:
                 raise ConfigError("--resume continues one run; resume each RUN_DIR-seed<k> on its own")
-            load_config(Path(args.resume) / "config.yaml")  # a broken saved config fails here, before a restart
+            # a broken saved config or a missing component fails here, before a restart
+            preflight(load_config(Path(args.resume) / "config.yaml"))
             _under_jemalloc(args)
             run_dir = train(None, resume=args.resume)
         else:
             path, overrides = _split_config(args.config, args.overrides)
             config = load_config(path, overrides)
+            preflight(config)  # every model, embedder and dataset the run needs, before step 1
             _under_jemalloc(args)
             if args.seeds is not None:
                 for seeded in seed_configs(config, args.seeds):
@@ -204,11 +211,13 @@ def _eval(args) -> int:
         if target and Path(target).is_dir():
             if overrides:
                 raise ConfigError("a run directory is evaluated with its saved config; pass no overrides")
+            preflight(load_config(Path(target) / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
             _under_jemalloc(args)
             engine = load_trained(Path(target))
             out = Path(args.out) if args.out else Path(target) / "eval.json"
         else:
             config = load_config(target, overrides)
+            preflight(config)
             _under_jemalloc(args)
             engine = build_engine(config)
             out = Path(args.out) if args.out else None
@@ -266,11 +275,13 @@ def _config(args) -> int:
 
 
 def _models(args) -> int:
-    from masrl.models import cache_dir, describe_models  # lazy: torch
-
-    for m in describe_models():
-        print(f"{m['name']:10s} {m['what']}\n{'':10s} {m['status']}")
-    print(f"cache: {cache_dir()} (set MASRL_CACHE to move it)")
+    for component, configs in sorted(shipped_models().values(), key=lambda m: m[0].model or m[0].name):
+        print(f"{component.model or component.name:10s} {component.what}, from the package {component.package}\n"
+              f"{'':10s} {status(component)}\n{'':10s} used by: {', '.join(configs)}")  # fmt: skip
+    print(f"{'tiny':10s} a random 2-layer Llama with a byte tokenizer, built in memory (tests, smoke runs)\n"
+          f"{'':10s} ready")  # fmt: skip
+    print(f"{'<path>':10s} any local HF model directory (config.json and weights) as model.name")
+    print(f"cache: {cache_dir()} (set MASRL_CACHE to move it); MASRL_FETCH=0: never install a model package")
     return 0
 
 

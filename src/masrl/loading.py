@@ -156,7 +156,10 @@ def _check_files(config: Config) -> list[str]:
     from masrl.models import check_model_name  # lazy: masrl.models loads torch (~1 s); only a config's check needs it
 
     problems = []
-    if config.task.path and not Path(config.task.path).expanduser().exists():
+    # A family that declares task.path among its needs says itself how the file is built (masrl.preflight).
+    family = resolve_task(config.task.kind)
+    own_file = family.needs is not None and any(c.name == config.task.path for c in family.needs(config.task))
+    if config.task.path and not own_file and not Path(config.task.path).expanduser().exists():
         problems.append(f"task.path: file {config.task.path} does not exist")
     named = {"model.name": config.model.name, **{f"model.bases.{p}": n for p, n in config.model.bases.items()}}
     for key, name in named.items():

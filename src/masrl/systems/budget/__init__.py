@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from masrl.systems.api import Page, Serving, SystemSpec, lazy
-from masrl.systems.budget.config import BudgetConfig, check_budget
+from masrl.systems.budget.config import BudgetConfig, budget_needs, check_budget
 from masrl.systems.budget.system import build_budget
 
 SYSTEM = SystemSpec(
@@ -22,6 +22,7 @@ SYSTEM = SystemSpec(
     summary="a controller answers or calls priced experts within a budget mode written in its prompt (CoRL)",
     evaluate=lazy("masrl.systems.budget.evaluation:evaluate_budget"),
     check=check_budget,
+    needs=budget_needs,
     page=Page(views=lazy("masrl.systems.budget.views:budget_views")),
     serving=Serving(
         answer=lazy("masrl.systems.budget.serving:answer"),

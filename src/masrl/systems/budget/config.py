@@ -7,7 +7,8 @@ from typing import Literal
 from pydantic import Field
 
 from masrl.config import Section
-from masrl.pools.config import PoolConfig, check_pool
+from masrl.components import Component
+from masrl.pools.config import PoolConfig, check_pool, pool_needs
 from masrl.systems.action import LabelStyle
 from masrl.systems.api import Config, SystemSection
 
@@ -61,6 +62,12 @@ class BudgetConfig(SystemSection):
         default_factory=lambda: ["single", "random"],
         description="reference rows evaluated at the end: single (each expert alone), random (an expert per query)",
     )
+
+
+def budget_needs(config: Config) -> tuple[Component, ...]:
+    """The local models among the experts (experts: pool)."""
+    b = config.system
+    return pool_needs(b.pool) if b.experts == "pool" else ()
 
 
 def check_budget(config: Config) -> None:

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from masrl.systems.api import Page, SystemSpec, lazy
-from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer
+from masrl.systems.puppeteer.config import PuppeteerConfig, check_puppeteer, puppeteer_needs
 from masrl.systems.puppeteer.system import build_puppeteer
 
 SYSTEM = SystemSpec(
@@ -25,6 +25,7 @@ SYSTEM = SystemSpec(
     summary="an orchestrator picks the next agent (model x pattern x tool) until it stops; cost-aware returns",
     evaluate=lazy("masrl.systems.puppeteer.evaluation:evaluate_orchestrator"),
     check=check_puppeteer,
+    needs=puppeteer_needs,
     rules=("parallel",),  # W independent paths per task, aggregated by vote (sec. 2.3)
     page=Page(views=lazy("masrl.systems.puppeteer.views:puppeteer_views")),
 )

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.pools.config import PoolConfig, check_pool
+from masrl.components import MINILM, Component
+from masrl.pools.config import PoolConfig, check_pool, pool_needs
 from masrl.systems.api import Config, SystemSection
 from masrl.systems.puppeteer.space import PATTERNS, TOOLS, resolve_folder
 
@@ -44,6 +45,12 @@ class PuppeteerConfig(SystemSection):
     )
     cost_unit: float = Field(100.0, gt=0.0, description="F = the step's tokens (or GFLOPs) / cost_unit")
     graphs: int = Field(4, ge=0, description="orchestration graphs (DOT) written per evaluation")
+
+
+def puppeteer_needs(config: Config) -> tuple[Component, ...]:
+    """The agent space's local models, and MiniLM when the scoring head encodes states with it."""
+    p = config.system
+    return (*pool_needs(p.pool), *((MINILM,) if p.policy == "head" and p.encoder == "minilm" else ()))
 
 
 def check_puppeteer(config: Config) -> None:

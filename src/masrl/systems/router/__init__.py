@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from masrl.pools.champ import main as build_champ_pool
 from masrl.systems.api import Command, Page, Serving, SystemSpec, lazy
-from masrl.systems.router.config import RouterConfig, check_router
+from masrl.systems.router.config import RouterConfig, check_router, router_needs
 from masrl.systems.router.system import build_router
 
 
@@ -34,6 +34,7 @@ SYSTEM = SystemSpec(
     summary="a controller routes each problem to a pool agent, verifies drafts, escalates (critique-routing paper)",
     evaluate=lazy("masrl.systems.router.results:evaluate_router"),
     check=check_router,
+    needs=router_needs,
     page=Page(views=lazy("masrl.systems.router.views:router_views")),
     commands={
         "champ-pool": Command("build the recorded CHAMP agent pool file (needs champ-dataset)",

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.pools.config import PoolConfig, check_pool
+from masrl.components import MINILM, Component
+from masrl.pools.config import PoolConfig, check_pool, pool_needs
 from masrl.systems.action import LabelStyle
 from masrl.systems.api import Config, SystemSection
 
@@ -49,6 +50,14 @@ class RouterConfig(SystemSection):
         "(single, random, classifier, knn)",
     )
     label_items: int = Field(600, ge=1, description="training items labelled with pool correctness for baselines")
+
+
+def router_needs(config: Config) -> tuple[Component, ...]:
+    """The pool's local models, and MiniLM when the classifier or kNN baseline router is asked for: those
+    run after training, so the preflight must find them before step 1."""
+    r = config.system
+    learned = bool({"classifier", "knn"} & set(r.baselines))
+    return (*pool_needs(r.pool), *((MINILM,) if learned else ()))
 
 
 def check_router(config: Config) -> None:

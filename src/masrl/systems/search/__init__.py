@@ -13,7 +13,7 @@ the task (multi-hop questions over a corpus) is masrl.tasks.search.
 from __future__ import annotations
 
 from masrl.systems.api import GENERAL_RULES, Page, SystemSpec, lazy
-from masrl.systems.search.config import SearchConfig
+from masrl.systems.search.config import SearchConfig, search_needs
 from masrl.systems.search.system import build_search
 
 SYSTEM = SystemSpec(
@@ -23,6 +23,7 @@ SYSTEM = SystemSpec(
     summary="Rewriter, Reranker and Answerer around a retriever, one shared policy (MHGPO)",
     rules=(*GENERAL_RULES, "independent", "round_robin"),  # IS and RR fork at the pipeline's agents
     own_tasks=True,
+    needs=search_needs,
     page=Page(
         curves=(  # the paper's figure 8: each agent's output pattern over training
             ("eval/f1", "held-out F1 (greedy)"),

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.systems.api import SystemSection
+from masrl.components import MINILM, Component
+from masrl.systems.api import Config, SystemSection
 
 
 class SearchConfig(SystemSection):
@@ -23,3 +24,8 @@ class SearchConfig(SystemSection):
     reranker_penalty: float = Field(0.5, ge=0.0, description="duplicate or out-of-range ids, or none")
     answerer_penalty: float = Field(1.0, ge=0.0, description="an answer longer than answer_max_words, or empty")
     prefill: bool = Field(True, description="start each reply inside its format (a numbered list, ids, <answer>)")
+
+
+def search_needs(config: Config) -> tuple[Component, ...]:
+    """MiniLM's weights for the dense retriever."""
+    return (MINILM,) if config.system.retriever == "dense" else ()

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check, one command on a machine with a CUDA GPU (docs/gpu.md). From a checkout:
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]        # default OUT_DIR: gpu-check/
+#
+# 1. versions: the device, torch, CUDA, transformers, peft (one JSON line);
+# 2. bench/gpu.py: generation and update throughput and peak memory of ~0.5B and ~1.5B models built in
+#    memory, and a 2-step tiny run (its last line is the JSON line docs/gpu.md keeps);
+# 3. the CUDA tests and the model tests they lean on (tests/test_device.py, tests/test_distributed.py,
+#    the transformers adapter, the shared-prompt log-probs, the lean engine);
+# 4. two tiny steps of every shipped config with trainer.device=cuda (the overrides of
+#    tests/support/seeded.py, which the CPU suite runs the same configs with).
+#
+# Every part runs even when one before it failed; the last line says which failed (exit code 1).
+# Needs no network and no model hub: the checkout's masrl (src/, on PYTHONPATH) and its pure-Python
+# dependencies installed in the running Python, pytest, and the champ-dataset package for router-champ.
+# MASRL_GPU_CHECK_DEVICE=cpu runs the same parts on the CPU with the tiny bench: a dry run of this script.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+PY=${PYTHON:-python}
+OUT=${1:-gpu-check}
+DEVICE=${MASRL_GPU_CHECK_DEVICE:-cuda}
+export PYTHONPATH="$PWD/src:$PWD/tests/support${PYTHONPATH:+:$PYTHONPATH}"
+export RAY_AUTH_MODE=disabled
+mkdir -p "$OUT"
+failed=()
+
+part() {  # part NAME COMMAND...: run it, keep its output in OUT/NAME.log, remember a failure
+  local name=$1
+  shift
+  echo "== $name" >&2
+  "$@" 2>&1 | tee "$OUT/$name.log" || failed+=("$name")
+}
+
+part versions "$PY" - "$DEVICE" <<'EOF'
+import json, sys
+import peft, torch, transformers
+device = sys.argv[1]
+if device == "cuda" and not torch.cuda.is_available():
+    sys.exit("masrl: torch sees no CUDA device (torch " + torch.__version__ + "); MASRL_GPU_CHECK_DEVICE=cpu for a dry run")
+print(json.dumps({"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "torch": torch.__version__,
+                  "cuda": torch.version.cuda, "transformers": transformers.__version__, "peft": peft.__version__}))
+EOF
+if [ "$DEVICE" = cuda ]; then
+  part bench "$PY" bench/gpu.py
+else
+  part bench "$PY" bench/gpu.py --device cpu --size tiny
+fi
+part tests "$PY" -m pytest -q -p no:cacheprovider tests/test_device.py tests/test_distributed.py \
+  tests/test_hf_compat.py tests/agents/test_shared_prompt.py tests/rollout/test_decode.py
+part configs "$PY" - "$DEVICE" "$OUT/runs" <<'EOF'
+import sys
+import tempfile
+from pathlib import Path
+
+from seeded import CASES  # tests/support: the overrides that make each shipped config 2 tiny steps
+
+from masrl.cli import main
+
+device, root = sys.argv[1], Path(sys.argv[2])
+bad = []
+for name, overrides in sorted(CASES.items()):
+    tmp = Path(tempfile.mkdtemp(prefix=f"masrl-{name}-"))  # the inputs a config reads (CHAMP's pool, caches)
+    if name == "router-champ":
+        from masrl.pools.champ import build_champ_pool
+
+        build_champ_pool(tmp / "champ.jsonl")
+    args = [o.replace("{tmp}", str(tmp)).replace("{champ}", str(tmp / "champ.jsonl")) for o in overrides]
+    code = main(["train", name, *args, f"trainer.device={device}", f"run.dir={root / name}"])
+    print(f"masrl: {name} on {device}: exit code {code}", flush=True)
+    if code != 0:
+        bad.append(name)
+print(f"masrl: {len(CASES) - len(bad)} of {len(CASES)} shipped configs trained 2 tiny steps on {device}"
+      + (f"; failed: {', '.join(bad)}" if bad else ""))
+sys.exit(1 if bad else 0)
+EOF
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "masrl: GPU check failed in: ${failed[*]} (logs in $OUT/)" >&2
+  exit 1
+fi
+echo "masrl: GPU check passed on $DEVICE; paste the last line of $OUT/bench.log and $OUT/versions.log into docs/gpu.md" >&2
