@@ -52,6 +52,14 @@ class JsonlTask:
             raise ValueError(f"{self.path}: no train items (every line is in the eval split)")
         return [self.train[i % len(self.train)] for i in range(start, start + count)]
 
+    def known_items(self) -> list[TaskItem]:
+        """Every item of the file, both splits: simulated and recorded agent pools look questions up here
+        (masrl.pools.simulated.ItemIndex), as they do in a math task's generated items."""
+        return [*self.train, *self.eval]
+
+    def known_count(self) -> int:
+        return len(self.train) + len(self.eval)
+
     def score(self, item: TaskItem, answer: str) -> float:
         return 1.0 if math_equal(item.answer, answer) else 0.0
 
