@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from masrl.runlog import RunLogger
 from masrl.scoring import score
 from masrl.train import TrainingError, train
 from masrl.trained import load_engine
-from masrl.types import AgentError, Call, Episode, Reply, TaskItem
+from masrl.types import AgentError, Call, EnvironmentProblem, Episode, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -191,7 +192,7 @@ def test_logger_drops_lines_past_the_checkpoint_on_resume(tmp_path):
 def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
     config = tiny_config("trainer.steps=1", "eval.before=false")
     train(config)
-    with pytest.raises(TrainingError, match="already holds a run"):
+    with pytest.raises(ConfigError, match="already holds a run"):
         train(config)
 
 
@@ -212,7 +213,8 @@ def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):
     from masrl.loading import dump_config
 
     dump_config(tiny_config(), tmp_path / "config.yaml")
-    with pytest.raises(TrainingError, match="no complete checkpoint"):
+    again = f"no complete checkpoint to resume from; masrl train {tmp_path}/config.yaml starts the run again"
+    with pytest.raises(EnvironmentProblem, match=re.escape(again)):
         train(None, resume=tmp_path)
 
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import read_meta
+from masrl.checkpoint import latest_checkpoint, read_meta
 from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system, write_eval_items
@@ -53,10 +55,10 @@ from masrl.loading import load_config, validate
 from masrl.resume import checkpoint, restore, restore_newest
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
-from masrl.rundir import prepare_run_dir
+from masrl.rundir import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
 from masrl.runlog import RunLogger
 from masrl.scoring import Scored, score
-from masrl.types import Episode, TrainingError
+from masrl.types import EnvironmentProblem, Episode, TrainingError
 
 
 # ------------------------------------------------------------------ one step
@@ -159,25 +161,50 @@ def _rank_train(config_data: dict, resume: str | None) -> None:
 
 
 def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
+    try:
+        with Signals() as signals:
+            return _prepare_and_run(config, run_dir, resuming, model, signals)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        # a full or read-only disk, or a permission: the machine's to fix, then the run goes on
+        raise EnvironmentProblem(disk_message(exc, run_dir, config.trainer.steps)) from None
+
+
+def _prepare_and_run(config: Config, run_dir: Path, resuming: bool, model, signals: Signals) -> Path:
     plan = None
     if distributed.is_main():  # rank 0 owns the run directory; every rank starts where it says
         try:
             plan = (prepare_run_dir(run_dir, config, resuming), None)
-        except TrainingError as exc:
-            plan = (None, str(exc))
+        except (TrainingError, ConfigError, EnvironmentProblem) as exc:
+            plan = (None, exc)
     start, error = distributed.broadcast(plan)
     if error is not None:
-        raise TrainingError(error)
-    if start.finished:
-        return run_dir  # a finished run: resuming it changes nothing
-    engine = build_engine(config, model=model)
+        raise error
+    if start.finished:  # resuming it changes nothing: say so, and how to train it further
+        if distributed.is_main():
+            print(f"masrl: {run_dir} finished at step {start.step} of {config.trainer.steps}; nothing to resume. "
+                  f"To train further, raise trainer.steps in {run_dir / 'config.yaml'} and run "
+                  f"masrl train --resume {run_dir}", file=sys.stderr)  # fmt: skip
+        return run_dir
     try:
-        return _run(engine, config, run_dir, start.step)
+        engine = build_engine(config, model=model)
+    except BaseException as exc:  # a config error found while building (a user's data file), or Ctrl-C
+        if not resuming and distributed.is_main():
+            undo_new_run(run_dir, start)  # no directory holding only config.yaml is left behind
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(f"interrupted while loading; {next_command(run_dir, config.trainer.steps)}") from None
+        raise
+    try:
+        signals.graceful = True  # from here a first signal stops after the step in progress
+        return _run(engine, config, run_dir, start.step, signals)
+    except KeyboardInterrupt:  # a second signal outside the loop's steps (restoring, an evaluation)
+        raise Interrupted(f"stopped at once; {next_command(run_dir, config.trainer.steps)}") from None
     finally:
         engine.close()  # rollout workers and server sessions end with the run, whatever ended it
 
 
-def _run(engine: Engine, config: Config, run_dir: Path, start: int) -> Path:
+def _run(engine: Engine, config: Config, run_dir: Path, start: int, signals: Signals) -> Path:
     """Restore a resumed run, evaluate before training, then the loop (with rollouts ahead when asked)."""
     main = distributed.is_main()
     roll_call = distributed.roll_call()
@@ -198,50 +225,68 @@ def _run(engine: Engine, config: Config, run_dir: Path, start: int) -> Path:
     k = config.rollout.max_staleness
     ahead = RolloutAhead(partial(sample_step, engine), k, config.trainer.steps) if k and main else None
     try:
-        return _loop(engine, config, run_dir, start, logger, ahead)
+        return _loop(engine, config, run_dir, start, logger, ahead, signals)
     finally:
         if ahead:
             ahead.close()  # rollouts of steps past the end (a max_minutes stop) are dropped
+        if logger is not None:
+            logger.close()
 
 
 def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: RunLogger | None,
-          ahead: RolloutAhead | None) -> Path:  # fmt: skip
+          ahead: RolloutAhead | None, signals: Signals) -> Path:  # fmt: skip
     main, cfg = distributed.is_main(), config.trainer
     failures = FailureCount(engine)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
-    last = start  # the last step trained (and checkpointed) by this loop
+    last = saved = start  # the last step trained by this loop, and the last one checkpointed
     trained_seconds = 0.0
-    for step in range(start + 1, cfg.steps + 1):
-        t0 = time.perf_counter()
-        trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
-        if main:  # 5. log
-            _log_step(logger, bar, config, step, trained)
-        last = step
-        step_seconds = time.perf_counter() - t0
-        stop = distributed.broadcast(out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes))
-        final = step == cfg.steps or stop  # (the stop is rank 0's clock)
-        if config.eval.every and step % config.eval.every == 0 and not final and main:  # 6. evaluate
-            step_seconds += _settle(ahead)
-            _log_eval(engine, logger, step, f"step {step}")
-        t_checkpoint = time.perf_counter()
-        if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
-            # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
-            # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
-            checkpoint(engine, run_dir, step, worker_rngs=ahead is None)
-        # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
-        # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
-        trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
-        if stop:  # 8. time limit
-            if main:
-                tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
-                           f"({trained_seconds / 60:.1f} min)")  # fmt: skip
-            break
-    bar.close()
+    try:  # the bar is closed whatever ends the loop, so a message after it gets a line of its own
+        for step in range(start + 1, cfg.steps + 1):
+            if distributed.broadcast(signals.received):  # a signal during the last step's evaluation or checkpoint
+                break
+            t0 = time.perf_counter()
+            trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
+            if main:  # 5. log
+                _log_step(logger, bar, config, step, trained)
+            last = step
+            step_seconds = time.perf_counter() - t0
+            # rank 0's clock and signals decide for every rank
+            stop, signalled = distributed.broadcast(
+                (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes), signals.received))
+            final = step == cfg.steps or stop or signalled is not None
+            if config.eval.every and step % config.eval.every == 0 and not final and main:  # 6. evaluate
+                step_seconds += _settle(ahead)
+                _log_eval(engine, logger, step, f"step {step}")
+            t_checkpoint = time.perf_counter()
+            if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
+                # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
+                # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
+                checkpoint(engine, run_dir, step, worker_rngs=ahead is None)
+                saved = step
+            # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
+            # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
+            trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
+            if stop and signalled is None:  # 8. time limit
+                if main:
+                    tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
+                               f"({trained_seconds / 60:.1f} min)")  # fmt: skip
+                break
+            if signalled is not None:
+                break
+        if signals.received is not None and last > saved:  # the signal came after the step's checkpoint phase
+            checkpoint(engine, run_dir, last, worker_rngs=ahead is None)
+            saved = last
+    except KeyboardInterrupt:  # a second signal: stop at once; what the last checkpoint holds stays
+        raise Interrupted(f"stopped at once during step {last + 1} of {cfg.steps}; "
+                          f"{next_command(run_dir, cfg.steps)}") from None  # fmt: skip
+    finally:
+        bar.close()
     if ahead:
         ahead.close()
+    if signals.received is not None:
+        raise Interrupted(interrupted_message(signals.received, saved, cfg.steps, start, run_dir))
     if main:  # evaluation runs once
         _log_eval(engine, logger, last, "after", final=True)
-        logger.close()
     return run_dir
 
 
@@ -278,6 +323,53 @@ def _log_eval(engine: Engine, logger: RunLogger, step: int, label: str, final: b
     if final and result.report:
         tqdm.write(result.report)
     return dict(result.metrics)
+
+
+# ---------------------------------------------------------------- stopping on a signal
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run (exit code 130); the message says what was kept and what to run next."""
+
+
+class Signals:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption) while `train` runs, in the main thread.
+
+    While the engine loads a signal stops at once (KeyboardInterrupt: nothing is trained yet). Once the
+    loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes and is
+    checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
+    at once, keeping what the last checkpoint holds."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None  # the first signal's name, once one came while graceful
+        self.graceful = False
+        self._before: dict[int, object] = {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if not self.graceful or self.received is not None:
+            raise KeyboardInterrupt
+        self.received = name
+        # os.write, not print: a handler may run inside a write to stderr, which print would re-enter.
+        # The newline first puts the note on a line of its own, below the progress bar.
+        os.write(2, f"\nmasrl: {name}: stopping after the step in progress, which is then checkpointed; "
+                    f"{name} again stops at once\n".encode())  # fmt: skip
+
+
+def interrupted_message(name: str, saved: int, steps: int, start: int, run_dir: Path) -> str:
+    """What a graceful stop kept (`saved`: the step last checkpointed) and the command that goes on."""
+    if saved == 0:
+        return f"interrupted ({name}) before step 1 finished; no step to keep; {next_command(run_dir, steps)}"
+    kept = "checkpoint written" if saved > start else f"step {saved}'s checkpoint kept"
+    return f"interrupted ({name}) after step {saved} of {steps}; {kept}; {next_command(run_dir, steps)}"
 
 
 # ---------------------------------------------------------------- a step's metrics

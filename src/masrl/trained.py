@@ -20,13 +20,19 @@ from masrl.types import TrainingError
 __all__ = ["TrainingError", "load_engine", "load_trained"]  # TrainingError: what a run without a checkpoint raises
 
 
-def load_trained(run_dir: Path, model=None) -> Engine:
-    """An engine with the run's latest checkpoint loaded (for eval and serve)."""
-    config = load_config(run_dir / "config.yaml")
-    engine = build_engine(config, model=model)
-    ckpt = latest_checkpoint(run_dir)
+def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), checkpoint: Path | None = None) -> Engine:
+    """An engine with a checkpoint of the run loaded (for eval and serve): `checkpoint`, else the newest.
+    `overrides` change the saved config as it is read: only `eval.*` ones (`masrl eval RUN eval.size=3`);
+    training keys would describe another run than the one the checkpoint holds."""
+    others = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("eval.")]
+    if others:
+        raise ConfigError(f"a run directory is evaluated with its saved config; only eval.* keys can be "
+                          f"overridden, not {', '.join(others)}")  # fmt: skip
+    config = load_config(run_dir / "config.yaml", overrides)
+    ckpt = checkpoint or latest_checkpoint(run_dir)
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
+    engine = build_engine(config, model=model)
     restore(engine, ckpt, weights_only=True)
     engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
     return engine

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from masrl.config import ConfigError
 from masrl.tasks.base import Task, TaskFamily
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask, MixedMathTask
@@ -26,7 +27,12 @@ def _math(spec: Any) -> Task:
 
 
 def _jsonl(spec: Any) -> Task:
-    return JsonlTask(spec.path, seed=spec.seed)
+    try:
+        return JsonlTask(spec.path, seed=spec.seed)
+    except ValueError as exc:  # the file's mistakes (file:line) are task.path's, not task.config's
+        raise ConfigError(f"task.path: {exc}") from None
+    except OSError as exc:  # a directory, no read permission
+        raise ConfigError(f"task.path: cannot read {spec.path}: {exc.strerror}") from None
 
 
 def _search(spec: Any) -> Task:

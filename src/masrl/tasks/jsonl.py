@@ -35,7 +35,10 @@ class JsonlTask:
         self.name = self.path.stem
         self.seed = seed
         splits: dict[str, list[TaskItem]] = {split: [] for split in SPLITS}
-        for item, split in _read(self.path):
+        records = _read(self.path)
+        if not records:
+            raise ValueError(f"{self.path}: no question/answer lines (one JSON object a line, see docs/usage.md)")
+        for item, split in records:
             if split is None:
                 split = "eval" if held_out(item.question, eval_fraction) else "train"
             splits[split].append(item)
