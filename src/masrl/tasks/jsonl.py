@@ -1,4 +1,5 @@
-"""Question/answer pairs from a user's JSONL file, graded like any math task.
+"""Question/answer pairs from a user's JSONL file, graded like any math task (the format, for users:
+docs/usage.md, "Your own questions").
 
 Each line is a JSON object with `question` and `answer`, and optionally `id`
 and `split` ("train" or "eval"). A line without `split` goes where
@@ -9,6 +10,9 @@ dropped from train, whatever the file says: eval stays as the file wrote it.
 The train split is shuffled once by the seed and then cycles (item i is
 train[i % n]), so training can run for more steps than the file has problems;
 a repeated problem keeps its id. Eval keeps file order and does not cycle.
+
+Every item of both splits is `known_items`, where the simulated and recorded agent pools look a
+question up (masrl.pools.simulated.ItemIndex), as they do in a math task's generated items.
 
 `read_jsonl` is the one reader of JSONL files of objects (this task's and the
 search corpora's, masrl.retrieval.corpus): an error names the file and line.
