@@ -47,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import latest_checkpoint, read_meta
+from masrl.checkpoint import read_meta
 from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system, write_eval_items
