@@ -219,9 +219,9 @@ def _eval(args) -> int:
             _saved_config(run)
             ckpt = latest_checkpoint(run)
             if ckpt is None:
-                untrained = f"masrl eval {run / 'config.yaml'}"
-                raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train --resume "
-                                         f"{run}), or evaluate its config untrained: {untrained}")  # fmt: skip
+                config = run / "config.yaml"
+                raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train {config}), "
+                                         f"or evaluate its config untrained: masrl eval {config}")  # fmt: skip
             _under_jemalloc(args)
             engine = load_trained(run, overrides=overrides, checkpoint=ckpt)  # eval.* overrides alone
             step, ckpt = int(read_meta(ckpt)["step"]), ckpt.relative_to(run).as_posix()
