@@ -28,7 +28,7 @@ from smoke import tiny_run
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 # process measurements, not results: they differ between any two runs
-TIMINGS = ("sample_seconds", "update_seconds", "gen_tokens_per_s", "update_tokens_per_s", "rss_gb")
+TIMINGS = ("sample_seconds", "update_seconds", "gen_tokens_per_s", "update_tokens_per_s", "rss_gb", "eval/seconds")
 
 
 def _cli(*args: str) -> list[str]:
@@ -46,9 +46,14 @@ def _messages(stderr: str) -> list[str]:
     return [line for line in lines if not line.startswith("masrl: memory allocator")]
 
 
-def _train_rows(run: Path) -> list[dict]:
+def _rows(run: Path) -> list[dict]:
+    """metrics.jsonl's lines, training steps and evaluations, without the process measurements."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows if r["kind"] == "train"]
+    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+
+
+def _train_rows(run: Path) -> list[dict]:
+    return [r for r in _rows(run) if r["kind"] == "train"]
 
 
 def _qa_file(path: Path, n: int = 40) -> Path:
@@ -105,7 +110,8 @@ def test_a_broken_jsonl_file_is_one_line_naming_file_and_line_and_leaves_no_run_
 
 
 # ---------------------------------------------------------------- 2. SIGINT and SIGTERM
-SIGNALLED = ["single-arithmetic", *tiny_run(), "trainer.steps=50", "trainer.checkpoint_every=5",
+# An evaluation every 3 steps: the one after step 3, skipped to stop sooner, runs when the run is resumed.
+SIGNALLED = ["single-arithmetic", *tiny_run(), "trainer.steps=50", "trainer.checkpoint_every=5", "eval.every=3",
              "rollout.max_new_tokens=24", "eval.before=false", "trainer.threads=1"]  # fmt: skip
 
 
@@ -149,9 +155,10 @@ def test_a_signal_at_step_3_checkpoints_it_and_resume_logs_every_step_once(tmp_p
 
     resumed = _run("train", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows = _train_rows(run)
-    assert [r["step"] for r in rows] == list(range(1, 51))  # every step's metrics, exactly once
-    assert rows == _train_rows(uninterrupted)  # and the very numbers of a run never stopped
+    rows = _rows(run)
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 51))  # every step's metrics, once
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [*range(3, 50, 3), 50]  # every evaluation, once
+    assert rows == _rows(uninterrupted)  # and the very numbers, in the order, of a run never stopped
 
 
 def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(tmp_path):

@@ -56,7 +56,7 @@ from masrl.resume import checkpoint, restore, restore_newest
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
 from masrl.rundir import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
-from masrl.runlog import RunLogger
+from masrl.runlog import RunLogger, logged
 from masrl.scoring import Scored, score
 from masrl.types import EnvironmentProblem, Episode, TrainingError
 
@@ -220,6 +220,8 @@ def _run(engine: Engine, config: Config, run_dir: Path, start: int, signals: Sig
     logger = RunLogger(run_dir, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
         _log_eval(engine, logger, 0, "before")
+    elif main and eval_due(config, start) and not logged(run_dir / "metrics.jsonl", start, "eval"):
+        _log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
     # thread while this one updates (the workers or servers do the model work).
     k = config.rollout.max_staleness
@@ -254,7 +256,7 @@ def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: Run
             stop, signalled = distributed.broadcast(
                 (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes), signals.received))
             final = step == cfg.steps or stop or signalled is not None
-            if config.eval.every and step % config.eval.every == 0 and not final and main:  # 6. evaluate
+            if eval_due(config, step) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
                 step_seconds += _settle(ahead)
                 _log_eval(engine, logger, step, f"step {step}")
             t_checkpoint = time.perf_counter()
@@ -323,6 +325,11 @@ def _log_eval(engine: Engine, logger: RunLogger, step: int, label: str, final: b
     if final and result.report:
         tqdm.write(result.report)
     return dict(result.metrics)
+
+
+def eval_due(config: Config, step: int) -> bool:
+    """Whether `eval.every` asks for an evaluation after `step` (the last step's is the final one)."""
+    return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
 
 
 # ---------------------------------------------------------------- stopping on a signal
