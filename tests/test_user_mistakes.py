@@ -52,6 +52,17 @@ def _rows(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
 
 
+def _logged(metrics: Path) -> list[dict]:
+    """The whole lines of a metrics.jsonl being written (the last may be half written)."""
+    rows = []
+    for line in metrics.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    return rows
+
+
 def _train_rows(run: Path) -> list[dict]:
     return [r for r in _rows(run) if r["kind"] == "train"]
 
@@ -128,10 +139,11 @@ def _signal_during_step(run: Path, step: int, signals: list[int]) -> subprocess.
     proc = subprocess.Popen(_cli("train", *SIGNALLED, f"run.dir={run}"), env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     metrics, deadline = run / "metrics.jsonl", time.time() + 300
-    while not (metrics.exists() and f'"step": {step - 1},' in metrics.read_text()):
+    while not (metrics.exists() and any(r["kind"] == "train" and r["step"] == step - 1 for r in _logged(metrics))):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.time() < deadline
         time.sleep(0.005)
+    time.sleep(0.01)  # past the logging of step `step - 1` (a signal there stops after that step): into `step`
     for sig in signals:
         proc.send_signal(sig)
         time.sleep(0.02)
