@@ -134,9 +134,9 @@ def uninterrupted(tmp_path_factory) -> Path:
     return run
 
 
-def _signal_during_step(run: Path, step: int, signals: list[int]) -> subprocess.CompletedProcess:
+def _signal_during_step(run: Path, step: int, signals: list[int], *extra: str) -> subprocess.CompletedProcess:
     """Start a training process and send it `signals` once step `step - 1` is logged (step `step` runs)."""
-    proc = subprocess.Popen(_cli("train", *SIGNALLED, f"run.dir={run}"), env=ENV, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_cli("train", *SIGNALLED, *extra, f"run.dir={run}"), env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     metrics, deadline = run / "metrics.jsonl", time.time() + 300
     while not (metrics.exists() and any(r["kind"] == "train" and r["step"] == step - 1 for r in _logged(metrics))):
@@ -175,7 +175,8 @@ def test_a_signal_at_step_3_checkpoints_it_and_resume_logs_every_step_once(tmp_p
 
 def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     run = tmp_path / "run"
-    done = _signal_during_step(run, 7, [signal.SIGINT, signal.SIGINT])
+    # longer replies: step 7 takes a good part of a second, so both signals arrive while it runs
+    done = _signal_during_step(run, 7, [signal.SIGINT, signal.SIGINT], "rollout.max_new_tokens=128")
     assert done.returncode == 130, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     *_, last = _messages(done.stderr)

@@ -12,6 +12,7 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
 import webbrowser
 from pathlib import Path
@@ -190,6 +191,8 @@ def _train(args) -> int:
         print(f"masrl: training stopped: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:  # SIGINT or SIGTERM: what the checkpoint kept and what --resume will do
+        for sig in (signal.SIGINT, signal.SIGTERM):  # another one while the process ends: end now, no traceback
+            signal.signal(sig, lambda *_: os._exit(ExitCode.INTERRUPTED))
         print(f"masrl: {exc}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(f"masrl: run directory {run_dir}")

@@ -242,9 +242,11 @@ def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: Run
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
     last = saved = start  # the last step trained by this loop, and the last one checkpointed
     trained_seconds = 0.0
+    signalled = None  # the signal that stops the run, as rank 0 received it (every rank acts on rank 0's)
     try:  # the bar is closed whatever ends the loop, so a message after it gets a line of its own
         for step in range(start + 1, cfg.steps + 1):
-            if distributed.broadcast(signals.received):  # a signal during the last step's evaluation or checkpoint
+            signalled = distributed.broadcast(signals.received)  # one during the last step's eval or checkpoint
+            if signalled is not None:
                 break
             t0 = time.perf_counter()
             trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
@@ -275,7 +277,7 @@ def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: Run
                 break
             if signalled is not None:
                 break
-        if signals.received is not None and last > saved:  # the signal came after the step's checkpoint phase
+        if signalled is not None and last > saved:  # the signal came after the step's checkpoint phase
             checkpoint(engine, run_dir, last, worker_rngs=ahead is None)
             saved = last
     except KeyboardInterrupt:  # a second signal: stop at once; what the last checkpoint holds stays
@@ -285,8 +287,8 @@ def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: Run
         bar.close()
     if ahead:
         ahead.close()
-    if signals.received is not None:
-        raise Interrupted(interrupted_message(signals.received, saved, cfg.steps, start, run_dir))
+    if signalled is not None:
+        raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run_dir))
     if main:  # evaluation runs once
         _log_eval(engine, logger, last, "after", final=True)
     return run_dir
