@@ -3,7 +3,7 @@ in a subprocess on the tiny model, real signals, a real full disk.
 
 1. a user's question/answer JSONL file with the default config (a simulated pool) trains; a config that
    cannot use it, or a broken line, is refused before the run directory is made, in one line;
-2. SIGINT or SIGTERM at step 3 of 50 with checkpoints every 5 checkpoints step 3 and exits 130 saying what
+2. SIGINT or SIGTERM at step 3 (of 20) with checkpoints every 5 checkpoints step 3 and exits 130 saying what
    `--resume` will do; `--resume` then logs every step exactly once, as an uninterrupted run does;
 3. a full disk is one line on its own (not the progress bar's), exit 3, saying to free space and the
    exact command that resumes; once space is freed that command finishes the run;
@@ -121,9 +121,12 @@ def test_a_broken_jsonl_file_is_one_line_naming_file_and_line_and_leaves_no_run_
 
 
 # ---------------------------------------------------------------- 2. SIGINT and SIGTERM
-# An evaluation every 3 steps: the one after step 3, skipped to stop sooner, runs when the run is resumed.
-SIGNALLED = ["single-arithmetic", *tiny_run(), "trainer.steps=50", "trainer.checkpoint_every=5", "eval.every=3",
-             "rollout.max_new_tokens=24", "eval.before=false", "trainer.threads=1"]  # fmt: skip
+# Replies of 96 tokens make a step take a good part of a second, long beside the test's polling and a loaded
+# machine's scheduling, so a signal sent once step 2 is logged lands in step 3. An evaluation every 3 steps:
+# the one after step 3, skipped to stop sooner, runs when the run is resumed.
+STEPS = 20
+SIGNALLED = ["single-arithmetic", *tiny_run(), f"trainer.steps={STEPS}", "trainer.checkpoint_every=5", "eval.every=3",
+             "rollout.max_new_tokens=96", "eval.before=false", "trainer.threads=1"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +163,7 @@ def test_a_signal_at_step_3_checkpoints_it_and_resume_logs_every_step_once(tmp_p
     name = signal.Signals(sig).name
     assert _messages(done.stderr) == [
         f"masrl: {name}: stopping after the step in progress, which is then checkpointed; {name} again stops at once",
-        f"masrl: interrupted ({name}) after step 3 of 50; checkpoint written; "
+        f"masrl: interrupted ({name}) after step 3 of {STEPS}; checkpoint written; "
         f"masrl train --resume {run} continues from step 4",
     ]
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_000003"  # not every 5: the finished step
@@ -168,24 +171,22 @@ def test_a_signal_at_step_3_checkpoints_it_and_resume_logs_every_step_once(tmp_p
     resumed = _run("train", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = _rows(run)
-    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, 51))  # every step's metrics, once
-    assert [r["step"] for r in rows if r["kind"] == "eval"] == [*range(3, 50, 3), 50]  # every evaluation, once
+    assert [r["step"] for r in rows if r["kind"] == "train"] == list(range(1, STEPS + 1))  # every step's, once
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [*range(3, STEPS, 3), STEPS]  # every evaluation, once
     assert rows == _rows(uninterrupted)  # and the very numbers, in the order, of a run never stopped
 
 
 def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     run = tmp_path / "run"
-    # longer replies: step 7 takes a good part of a second, so both signals arrive while it runs
-    done = _signal_during_step(run, 7, [signal.SIGINT, signal.SIGINT], "rollout.max_new_tokens=128")
+    done = _signal_during_step(run, 7, [signal.SIGINT, signal.SIGINT])
     assert done.returncode == 130, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     *_, last = _messages(done.stderr)
-    assert re.fullmatch(rf"masrl: stopped at once during step \d+ of 50; masrl train --resume {run} continues "
-                        r"from step 6", last), last  # fmt: skip
+    assert last == f"masrl: stopped at once during step 7 of {STEPS}; masrl train --resume {run} continues from step 6"
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_000005"
     resumed = _run("train", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert [r["step"] for r in _train_rows(run)] == list(range(1, 51))
+    assert [r["step"] for r in _train_rows(run)] == list(range(1, STEPS + 1))
 
 
 # ---------------------------------------------------------------- 3. a full disk
