@@ -203,8 +203,9 @@ def test_load_engine_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides
     saved = load_file(run_dir / "checkpoints" / "step_000001" / "policy" / "solver.safetensors")
     state = trained.models["solver"].state_dict("solver")
     assert saved and saved.keys() == state.keys() and all(torch.equal(saved[k], state[k]) for k in saved)
-    with pytest.raises(ConfigError, match="pass no overrides"):
+    with pytest.raises(ConfigError, match="only eval.* keys can be overridden, not trainer.lr=1"):
         load_engine(str(run_dir), ["trainer.lr=1"])
+    assert load_engine(str(run_dir), ["eval.size=5"]).config.eval.size == 5
     fresh = load_engine(tiny_overrides[0], [*tiny_overrides[1:], "model.lora_rank=2"])  # a config: untrained
     assert fresh.config.model.lora_rank == 2 and fresh.config.run.dir == config.run.dir
 

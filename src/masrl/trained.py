@@ -1,8 +1,9 @@
 """A trained run's engine, for `masrl eval`, `masrl serve` and the scripts that probe a run.
 
-`load_trained(run_dir)` builds the engine from the run's saved config and loads
-its newest checkpoint's adapters (and the system's own state); `load_engine`
-takes a run directory or a config (untrained). Neither imports the training loop.
+`load_trained(run_dir)` builds the engine from the run's saved config (with
+`eval.*` overrides only) and loads its newest checkpoint's adapters (and the
+system's own state); `load_engine` takes a run directory or a config
+(untrained). Neither imports the training loop.
 """
 
 from __future__ import annotations
@@ -42,7 +43,5 @@ def load_engine(target: str | None, overrides: Sequence[str] = ()) -> Engine:
     """A trained run's engine (a run directory: its saved config, latest checkpoint) or an untrained one
     (a config name or file, or None for the default, with dotted overrides)."""
     if target and Path(target).is_dir():
-        if overrides:
-            raise ConfigError(f"{target} is loaded with its saved config; pass no overrides")
-        return load_trained(Path(target))
+        return load_trained(Path(target), overrides=overrides)  # eval.* overrides alone
     return build_engine(load_config(target, overrides))
