@@ -212,7 +212,7 @@ def seed_configs(config, n: int) -> list:
 
 def _eval(args) -> int:
     from masrl.engine import build_engine  # lazy: torch
-    from masrl.trained import load_trained  # lazy: torch
+    from masrl.trained import check_eval_overrides, load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
     step = ckpt = None  # what was evaluated: a run's checkpoint, or an untrained config (None)
@@ -220,6 +220,7 @@ def _eval(args) -> int:
         if target and Path(target).is_dir():
             run = Path(target)
             _saved_config(run)
+            check_eval_overrides(overrides)  # before the restart under jemalloc: a mistake is one message
             ckpt = latest_checkpoint(run)
             if ckpt is None:
                 config = run / "config.yaml"

@@ -18,17 +18,15 @@ from masrl.engine import Engine, build_engine
 from masrl.resume import restore
 from masrl.types import TrainingError
 
-__all__ = ["TrainingError", "load_engine", "load_trained"]  # TrainingError: what a run without a checkpoint raises
+# TrainingError: what a run without a checkpoint raises
+__all__ = ["TrainingError", "check_eval_overrides", "load_engine", "load_trained"]
 
 
 def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), checkpoint: Path | None = None) -> Engine:
     """An engine with a checkpoint of the run loaded (for eval and serve): `checkpoint`, else the newest.
     `overrides` change the saved config as it is read: only `eval.*` ones (`masrl eval RUN eval.size=3`);
     training keys would describe another run than the one the checkpoint holds."""
-    others = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("eval.")]
-    if others:
-        raise ConfigError(f"a run directory is evaluated with its saved config; only eval.* keys can be "
-                          f"overridden, not {', '.join(others)}")  # fmt: skip
+    check_eval_overrides(overrides)
     config = load_config(run_dir / "config.yaml", overrides)
     ckpt = checkpoint or latest_checkpoint(run_dir)
     if ckpt is None:
@@ -37,6 +35,14 @@ def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), check
     restore(engine, ckpt, weights_only=True)
     engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
     return engine
+
+
+def check_eval_overrides(overrides: Sequence[str]) -> None:
+    """Refuse any override of a trained run's config but `eval.*` (ConfigError naming the others)."""
+    others = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("eval.")]
+    if others:
+        raise ConfigError(f"a run directory is evaluated with its saved config; only eval.* keys can be "
+                          f"overridden, not {', '.join(others)}")  # fmt: skip
 
 
 def load_engine(target: str | None, overrides: Sequence[str] = ()) -> Engine:
