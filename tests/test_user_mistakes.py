@@ -268,3 +268,24 @@ def test_resuming_a_finished_run_says_so_in_one_line(trained):
                                       f"further, raise trainer.steps in {trained}/config.yaml and run masrl train "
                                       f"--resume {trained}"]  # fmt: skip
     assert (trained / "metrics.jsonl").read_text() == before
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_is_one_line_exit_3(tmp_path):
+    """A broken run directory: every checkpoint is set aside, and the line says how to start again."""
+    run = tmp_path / "run"
+    first = _run("train", "single-arithmetic", *tiny_run(), "eval.before=false", f"run.dir={run}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    for weights in run.glob("checkpoints/step_*/policy/solver.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:100])  # half-written files
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("steps: 2", "steps: 3"))  # to train one more step
+    done = _run("train", "--resume", str(run))
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr[-3000:]  # ExitCode.ENVIRONMENT
+    *set_aside, message = _messages(done.stderr)
+    assert [line.split(" is unreadable")[0] for line in set_aside] == [
+        "masrl: checkpoint step_000002", "masrl: checkpoint step_000001"]
+    assert message == (f"masrl: no checkpoint of {run} reads back whole (each was set aside as broken-step_*); "
+                       f"masrl train {run}/config.yaml starts the run again")
+    again = _run("train", str(config))  # the command the line names
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [r["step"] for r in _train_rows(run)] == [1, 2, 3]
