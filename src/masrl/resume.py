@@ -6,8 +6,8 @@ every rank's RNG state and the rollout workers' sampling generators, the data
 position, the system's own state (`Stateful`, e.g. the router's Lagrange
 multipliers) and frozen agents' state (a simulated pool's attempt counts).
 `restore_newest` loads the newest checkpoint that reads back whole, setting a
-damaged one aside (none at all is a broken run directory: EnvironmentProblem); `restore(..., weights_only=True)` loads only what evaluation
-and serving need.
+damaged one aside (none at all is a broken run directory: EnvironmentProblem);
+`restore(..., weights_only=True)` loads only what evaluation and serving need.
 """
 
 from __future__ import annotations
