@@ -58,7 +58,7 @@ from masrl.rollout.tree import rollout
 from masrl.rundir import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
 from masrl.runlog import RunLogger, logged
 from masrl.scoring import Scored, score
-from masrl.types import EnvironmentProblem, Episode, TrainingError
+from masrl.types import EnvironmentProblem, Episode, ExitCode, TrainingError
 
 
 # ------------------------------------------------------------------ one step
@@ -158,6 +158,10 @@ def _rank_train(config_data: dict, resume: str | None) -> None:
         train(None if resume else validate(config_data), resume=resume)
     except TrainingError as exc:
         raise distributed.RankFailed(str(exc)) from None
+    except Interrupted as exc:  # every rank stopped with rank 0 (its signal is broadcast); rank 0 says what was kept
+        if os.environ.get("RANK", "0") == "0":  # the process group is gone: its rank is in the environment
+            print(f"masrl: {exc}", file=sys.stderr)
+        sys.exit(ExitCode.INTERRUPTED)
 
 
 def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
