@@ -137,10 +137,12 @@ def uninterrupted(tmp_path_factory) -> Path:
     return run
 
 
-def _signal_during_step(run: Path, step: int, signals: list[int], *extra: str) -> subprocess.CompletedProcess:
-    """Start a training process and send it `signals` once step `step - 1` is logged (step `step` runs)."""
+def _signal_during_step(run: Path, step: int, signals: list[int], *extra: str,
+                        group: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
+    """Start a training process and send it `signals` once step `step - 1` is logged (step `step` runs);
+    with `group`, to its whole process group, as a terminal's Ctrl-C reaches every process of a command."""
     proc = subprocess.Popen(_cli("train", *SIGNALLED, *extra, f"run.dir={run}"), env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=group)  # fmt: skip
     metrics, deadline = run / "metrics.jsonl", time.time() + 300
     while not (metrics.exists() and any(r["kind"] == "train" and r["step"] == step - 1 for r in _logged(metrics))):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -148,7 +150,10 @@ def _signal_during_step(run: Path, step: int, signals: list[int], *extra: str) -
         time.sleep(0.005)
     time.sleep(0.01)  # past the logging of step `step - 1` (a signal there stops after that step): into `step`
     for sig in signals:
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         time.sleep(0.02)
     out, err = proc.communicate(timeout=300)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -184,6 +189,23 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     *_, last = _messages(done.stderr)
     assert last == f"masrl: stopped at once during step 7 of {STEPS}; masrl train --resume {run} continues from step 6"
     assert (run / "checkpoints" / "latest").read_text().strip() == "step_000005"
+    resumed = _run("train", "--resume", str(run))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in _train_rows(run)] == list(range(1, STEPS + 1))
+
+
+def test_ctrl_c_of_a_two_process_run_checkpoints_its_last_step_and_resume_finishes(tmp_path):
+    """trainer.processes=2: Ctrl-C reaches the launcher and both ranks; rank 0's signal decides for both, rank 0
+    writes the checkpoint while rank 1 waits for it, and the launcher says what was kept."""
+    run = tmp_path / "run"
+    done = _signal_during_step(run, 3, [signal.SIGINT], "trainer.processes=2", group=True)
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    messages = [m for m in _messages(done.stderr) if not m.startswith("masrl: 2 processes")]
+    assert messages == [
+        "masrl: SIGINT: stopping after the step in progress, which is then checkpointed; SIGINT again stops at once",
+        f"masrl: interrupted (SIGINT) after step 3 of {STEPS}; checkpoint written; "
+        f"masrl train --resume {run} continues from step 4",
+    ]
     resumed = _run("train", "--resume", str(run))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [r["step"] for r in _train_rows(run)] == list(range(1, STEPS + 1))

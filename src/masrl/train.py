@@ -47,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import read_meta
+from masrl.checkpoint import latest_checkpoint, read_meta
 from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system, write_eval_items
@@ -132,11 +132,22 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         place = engine_placement(config)  # a bad device or run directory fails here, before any spawn
         if place.device.type == "cuda" and processes > torch.cuda.device_count():
             raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
-        prepare_run_dir(run_dir, config, resume is not None)
-        try:
-            distributed.launch(_rank_train, processes, (config.model_dump(mode="json"), str(run_dir) if resume else None))
-        except distributed.RankFailed as exc:
-            raise TrainingError(f"{exc}. Continue from the last checkpoint with: masrl train --resume {run_dir}") from None
+        start = prepare_run_dir(run_dir, config, resume is not None)
+        # A signal reaches the ranks too (one process group): the launcher waits while they checkpoint and
+        # stop, then says what was kept. A second one stops it at once (the ranks get theirs as well).
+        with Signals(note=False) as signals:
+            signals.graceful = True
+            args = (config.model_dump(mode="json"), str(run_dir) if resume else None)
+            try:
+                distributed.launch(_rank_train, processes, args)
+            except distributed.RankFailed as exc:
+                if signals.received is None:
+                    raise TrainingError(f"{exc}. Continue from the last checkpoint with: "
+                                        f"masrl train --resume {run_dir}") from None  # fmt: skip
+                ckpt = latest_checkpoint(run_dir)
+                saved = int(read_meta(ckpt)["step"]) if ckpt else 0
+                raise Interrupted(interrupted_message(signals.received, saved, config.trainer.steps, start.step,
+                                                      run_dir)) from None  # fmt: skip
         return run_dir
     if distributed.launched():
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
@@ -158,9 +169,7 @@ def _rank_train(config_data: dict, resume: str | None) -> None:
         train(None if resume else validate(config_data), resume=resume)
     except TrainingError as exc:
         raise distributed.RankFailed(str(exc)) from None
-    except Interrupted as exc:  # every rank stopped with rank 0 (its signal is broadcast); rank 0 says what was kept
-        if os.environ.get("RANK", "0") == "0":  # the process group is gone: its rank is in the environment
-            print(f"masrl: {exc}", file=sys.stderr)
+    except Interrupted:  # every rank stopped with rank 0 (its signal is broadcast); the launcher says what was kept
         sys.exit(ExitCode.INTERRUPTED)
 
 
@@ -284,6 +293,8 @@ def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: Run
         if signalled is not None and last > saved:  # the signal came after the step's checkpoint phase
             checkpoint(engine, run_dir, last, worker_rngs=ahead is None)
             saved = last
+        if signalled is not None:  # ranks > 0 wait until rank 0 has written it: the launcher stops the
+            distributed.broadcast(saved)  # others as soon as one rank has exited
     except KeyboardInterrupt:  # a second signal: stop at once; what the last checkpoint holds stays
         raise Interrupted(f"stopped at once during step {last + 1} of {cfg.steps}; "
                           f"{next_command(run_dir, cfg.steps)}") from None  # fmt: skip
@@ -351,9 +362,11 @@ class Signals:
     checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
     at once, keeping what the last checkpoint holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, note: bool = True) -> None:
         self.received: str | None = None  # the first signal's name, once one came while graceful
         self.graceful = False
+        # one note per run: from this process, unless it is a rank > 0 or a launcher that leaves it to rank 0
+        self.note = note and os.environ.get("RANK", "0") == "0"
         self._before: dict[int, object] = {}
 
     def __enter__(self) -> Signals:
@@ -371,6 +384,8 @@ class Signals:
         if not self.graceful or self.received is not None:
             raise KeyboardInterrupt
         self.received = name
+        if not self.note:
+            return
         # os.write, not print: a handler may run inside a write to stderr, which print would re-enter.
         # The newline first puts the note on a line of its own, below the progress bar.
         os.write(2, f"\nmasrl: {name}: stopping after the step in progress, which is then checkpointed; "
