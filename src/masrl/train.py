@@ -360,7 +360,8 @@ class Signals:
     While the engine loads a signal stops at once (KeyboardInterrupt: nothing is trained yet). Once the
     loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes and is
     checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
-    at once, keeping what the last checkpoint holds."""
+    at once, keeping what the last checkpoint holds. With `trainer.processes=N` every rank and the
+    launcher hold one; rank 0's signal decides for every rank (the loop broadcasts it)."""
 
     def __init__(self, note: bool = True) -> None:
         self.received: str | None = None  # the first signal's name, once one came while graceful
