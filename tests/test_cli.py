@@ -54,9 +54,13 @@ def test_eval_of_a_run_writes_eval_json(trained, capsys):
     assert sum(policy["scores"]["cost"]) == result["cost"]
 
 
-def test_resuming_a_finished_run_is_a_no_op(trained):
+def test_resuming_a_finished_run_is_a_no_op(trained, capsys):
     before = (trained / "metrics.jsonl").read_text(), (trained / "samples.jsonl").read_text()
-    assert main(["train", "--resume", str(trained)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(trained)]) == 0  # nothing is wrong: exit 0, and one line says so
+    err = capsys.readouterr().err
+    assert err == (f"masrl: {trained} finished at step 2 of 2; nothing to resume. To train further, raise "
+                   f"trainer.steps in {trained}/config.yaml and run masrl train --resume {trained}\n")
     assert ((trained / "metrics.jsonl").read_text(), (trained / "samples.jsonl").read_text()) == before
     assert (trained / "checkpoints" / "latest").read_text().strip() == "step_000002"
 
@@ -103,11 +107,10 @@ def test_resume_with_overrides_exits_2(trained, capsys):
     assert_one_clean_error(capsys, "--resume takes the run's saved config")
 
 
-def test_training_into_an_existing_run_exits_1(trained, tiny_overrides, capsys):
+def test_training_into_an_existing_run_exits_2(trained, tiny_overrides, capsys):
     capsys.readouterr()
-    assert main(["train", *tiny_overrides, "trainer.steps=2"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("masrl: training stopped:") and "already holds a run" in err and "Traceback" not in err
+    assert main(["train", *tiny_overrides, "trainer.steps=2"]) == 2  # an argument to change (ExitCode.CONFIG)
+    assert_one_clean_error(capsys, "already holds a run", f"masrl train --resume {trained}", "choose another run.dir")
 
 
 def test_models_lists_the_builtin_models(capsys):

@@ -67,7 +67,7 @@ def test_bad_multi_process_runs_fail_before_any_process_starts(tiny_config, run_
             train(tiny_config("trainer.processes=2", "trainer.device=cuda"))
     (run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
     (run_dir / "checkpoints" / "step_000001" / "meta.json").write_text('{"step": 1}')
-    with pytest.raises(TrainingError, match="already holds a run"):
+    with pytest.raises(ConfigError, match="already holds a run"):  # a new run where one is: an argument to change
         train(tiny_config("trainer.processes=2"))
 
 

@@ -1,8 +1,9 @@
 """Every input path fails cleanly: the real CLI in a subprocess, as a user runs it.
 
 A malformed task file names its line, a bad config is one line with exit code 2, a run
-directory on a read-only or full file system is one line with exit code 2 (never a
-traceback), and an unreadable checkpoint is set aside for the one before it."""
+directory on a read-only or full file system is one line with exit code 3 that says what to
+run once it is fixed (never a traceback), and an unreadable checkpoint is set aside for the
+one before it."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def _in_process(capsys, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, captured.out, captured.err)
 
 
-def _one_clean_message(done: subprocess.CompletedProcess, *needles: str) -> str:
-    assert done.returncode == 2, done.stderr[-3000:]
+def _one_clean_message(done: subprocess.CompletedProcess, *needles: str, code: int = 2) -> str:
+    assert done.returncode == code, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     # one message (progress bars and library warnings aside, and a bar may leave the line
     # unfinished): what is wrong, then (config.py) one indented line per problem. A run that got as
@@ -105,7 +106,7 @@ def test_run_dir_on_a_full_or_read_only_disk(tmp_path, kind, options, reason):
     script = f'mount -t tmpfs -o {options} tmpfs "$1" && shift && exec "$@"'
     prefix = ("unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(disk))
     done = _cli("train", "single-arithmetic", f"run.dir={disk / 'run'}", *tiny_run(), prefix=prefix)
-    _one_clean_message(done, "masrl: cannot write", reason)
+    _one_clean_message(done, "masrl: cannot write", reason, code=3)  # ExitCode.ENVIRONMENT
 
 
 def test_unreadable_checkpoint_falls_back_to_the_one_before(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from masrl.runlog import RunLogger
 from masrl.scoring import score
 from masrl.train import TrainingError, train
 from masrl.trained import load_engine
-from masrl.types import AgentError, Call, Episode, Reply, TaskItem
+from masrl.types import AgentError, Call, EnvironmentProblem, Episode, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -191,7 +192,7 @@ def test_logger_drops_lines_past_the_checkpoint_on_resume(tmp_path):
 def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
     config = tiny_config("trainer.steps=1", "eval.before=false")
     train(config)
-    with pytest.raises(TrainingError, match="already holds a run"):
+    with pytest.raises(ConfigError, match="already holds a run"):
         train(config)
 
 
@@ -202,8 +203,9 @@ def test_load_engine_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides
     saved = load_file(run_dir / "checkpoints" / "step_000001" / "policy" / "solver.safetensors")
     state = trained.models["solver"].state_dict("solver")
     assert saved and saved.keys() == state.keys() and all(torch.equal(saved[k], state[k]) for k in saved)
-    with pytest.raises(ConfigError, match="pass no overrides"):
+    with pytest.raises(ConfigError, match="only eval.* keys can be overridden, not trainer.lr=1"):
         load_engine(str(run_dir), ["trainer.lr=1"])
+    assert load_engine(str(run_dir), ["eval.size=5"]).config.eval.size == 5
     fresh = load_engine(tiny_overrides[0], [*tiny_overrides[1:], "model.lora_rank=2"])  # a config: untrained
     assert fresh.config.model.lora_rank == 2 and fresh.config.run.dir == config.run.dir
 
@@ -212,7 +214,8 @@ def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):
     from masrl.loading import dump_config
 
     dump_config(tiny_config(), tmp_path / "config.yaml")
-    with pytest.raises(TrainingError, match="no complete checkpoint"):
+    again = f"no complete checkpoint to resume from; masrl train {tmp_path}/config.yaml starts the run again"
+    with pytest.raises(EnvironmentProblem, match=re.escape(again)):
         train(None, resume=tmp_path)
 
 

@@ -1,7 +1,9 @@
 """`masrl train | eval | compare | view | models | systems | report | serve`, and the commands systems add.
 
-Config mistakes print one message and exit with code 2 (no traceback); a run
-that cannot go on exits with code 1 and says why.
+Every failure a user can cause or fix prints one line starting `masrl:` that says what to do, and
+exits with its `ExitCode` (docs/usage.md): 2 for a config or argument mistake, 3 for the machine (a
+full or read-only disk, a permission, a broken run directory), 130 for SIGINT or SIGTERM (the last
+finished step is checkpointed). A run that cannot go on otherwise exits with code 1 and says why.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
 import webbrowser
 from pathlib import Path
 
-from masrl.checkpoint import atomic_write_json
+from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
 from masrl.components import MissingComponent, cache_dir, status
 from masrl.compare import compare_runs
 from masrl.config import ConfigError
@@ -22,12 +25,12 @@ from masrl.evaluate import eval_record, evaluate_system
 from masrl.loading import load_config
 from masrl.memory import reexec_with_jemalloc
 from masrl.preflight import preflight, shipped_models
+from masrl.reference import config_markdown, config_text
 from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
 from masrl.run_files import read_metrics
 from masrl.sandbox import SandboxError
-from masrl.reference import config_markdown, config_text
-from masrl.types import ExitCode, SystemCodeError, TrainingError
+from masrl.types import EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
 from masrl.view import write_page
 
 # The commands that train, evaluate or serve import torch (about 1 s) and the HTTP stack inside
@@ -126,26 +129,45 @@ def main(argv: list[str] | None = None) -> int:
         return _COMMANDS[args.command](args)
     except MissingComponent as exc:  # not a mistake in the config: something to install (masrl.preflight)
         print(f"masrl: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     except ConfigError as exc:
         print(f"masrl: config error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
     except SandboxError as exc:
         # no isolation for agent code on this machine: the user chooses (sandbox.limits_only)
         print(f"masrl: sandbox: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG
+    except EnvironmentProblem as exc:  # the machine's to fix; the message says how and what to run then
+        print(f"masrl: {exc}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
     except OSError as exc:
         if exc.errno not in _DISK_ERRORS:
             raise
-        # a read-only or full disk under the run directory: the user's to fix, so no traceback
-        print(f"masrl: cannot write {exc.filename or 'the run directory'}: {exc.strerror}", file=sys.stderr)
-        return 2
-    except SystemCodeError as exc:  # the user's system raised (rollout.on_system_error: stop); traceback in errors.log
+        # a read-only or full disk outside a training run (a run's own says how to resume): no traceback
+        print(f"masrl: cannot write {exc.filename or 'a file'}: {exc.strerror}; free space or choose a writable "
+              "place, then run the same command again", file=sys.stderr)  # fmt: skip
+        return ExitCode.ENVIRONMENT
+    except SystemCodeError as exc:  # the user's system raised (rollout.on_system_error: stop): its traceback is in
+        # RUN_DIR/errors.log
         print(f"masrl: {exc}", file=sys.stderr)
         return ExitCode.SYSTEM
-    except KeyboardInterrupt:
-        print("masrl: interrupted; resume from the last checkpoint with --resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # `train` says what its checkpoint kept; the other commands keep nothing
+        print("masrl: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _saved_config(run_dir: Path) -> Path:
+    """The config.yaml a run directory was trained with: a directory without one is not a run (a mistaken
+    argument), or a run that lost it (its checkpoints or metrics are there: the directory is incomplete)."""
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        return config
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a run directory (no such directory)")
+    if (run_dir / "checkpoints").is_dir() or (run_dir / "metrics.jsonl").exists():
+        raise EnvironmentProblem(f"{run_dir} is an incomplete run directory: its config.yaml is missing; put back "
+                                 "the config it was trained with (run.dir included) as config.yaml")  # fmt: skip
+    raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
 
 
 def _under_jemalloc(args) -> None:
@@ -158,18 +180,16 @@ def _under_jemalloc(args) -> None:
 
 def _train(args) -> int:
     from masrl import distributed  # lazy: torch
-    from masrl.train import train  # lazy: torch
+    from masrl.train import Interrupted, train  # lazy: torch
 
     try:
         if args.resume:
             if args.config or args.overrides:
                 raise ConfigError("--resume takes the run's saved config; pass no config or overrides")
-            if not (Path(args.resume) / "config.yaml").exists():
-                raise ConfigError(f"{args.resume} is not a run directory (no config.yaml)")
             if args.seeds is not None:
                 raise ConfigError("--resume continues one run; resume each RUN_DIR-seed<k> on its own")
-            # a broken saved config or a missing component fails here, before a restart
-            preflight(load_config(Path(args.resume) / "config.yaml"))
+            # a broken saved config fails here, before a restart; then what the run needs, before step 1
+            preflight(load_config(_saved_config(Path(args.resume))))
             _under_jemalloc(args)
             run_dir = train(None, resume=args.resume)
         else:
@@ -187,6 +207,11 @@ def _train(args) -> int:
     except TrainingError as exc:
         print(f"masrl: training stopped: {exc}", file=sys.stderr)
         return 1
+    except Interrupted as exc:  # SIGINT or SIGTERM: what the checkpoint kept and what --resume will do
+        for sig in (signal.SIGINT, signal.SIGTERM):  # another one while the process ends: end now, no traceback
+            signal.signal(sig, lambda *_: os._exit(ExitCode.INTERRUPTED))
+        print(f"masrl: {exc}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     print(f"masrl: run directory {run_dir}")
     if distributed.launched():  # one rank of torchrun's group: skip the teardown that gloo can abort in
         distributed.leave_now()
@@ -204,17 +229,25 @@ def seed_configs(config, n: int) -> list:
 
 def _eval(args) -> int:
     from masrl.engine import build_engine  # lazy: torch
-    from masrl.trained import load_trained  # lazy: torch
+    from masrl.trained import check_eval_overrides, load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
+    step = ckpt = None  # what was evaluated: a run's checkpoint, or an untrained config (None)
     try:
         if target and Path(target).is_dir():
-            if overrides:
-                raise ConfigError("a run directory is evaluated with its saved config; pass no overrides")
-            preflight(load_config(Path(target) / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
+            run = Path(target)
+            _saved_config(run)
+            check_eval_overrides(overrides)  # before the restart under jemalloc: a mistake is one message
+            ckpt = latest_checkpoint(run)
+            if ckpt is None:
+                config = run / "config.yaml"
+                raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train {config}), "
+                                         f"or evaluate its config untrained: masrl eval {config}")  # fmt: skip
+            preflight(load_config(run / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
             _under_jemalloc(args)
-            engine = load_trained(Path(target))
-            out = Path(args.out) if args.out else Path(target) / "eval.json"
+            engine = load_trained(run, overrides=overrides, checkpoint=ckpt)  # eval.* overrides alone
+            step, ckpt = int(read_meta(ckpt)["step"]), ckpt.relative_to(run).as_posix()
+            out = Path(args.out) if args.out else run / "eval.json"
         else:
             config = load_config(target, overrides)
             preflight(config)
@@ -228,7 +261,8 @@ def _eval(args) -> int:
     result = evaluate_system(engine, items, full=True)
     print(result.report or json.dumps(dict(result.metrics), indent=2))
     summary = dict(result.payload) if result.payload is not None else dict(result.metrics)
-    summary.update(eval_record(None, result))  # summary metrics and per-item results: `masrl compare` reads them
+    summary.update(eval_record(step, result))  # summary metrics and per-item results: `masrl compare` reads them
+    summary["checkpoint"] = ckpt  # which weights: "checkpoints/step_000024" of the run, or None (untrained)
     if out is not None:
         atomic_write_json(out, summary)
         print(f"masrl: wrote {out}", file=sys.stderr)

@@ -36,6 +36,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if not path.exists():
         shipped = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
         raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
+    if path.is_dir():  # `masrl train runs/x`: a run directory, or a folder of configs
+        resume = f"; to continue the run in it: masrl train --resume {path}" if (path / "config.yaml").exists() else ""
+        raise ConfigError(f"{path} is a directory, not a YAML config file{resume}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -86,7 +89,7 @@ def validate(data: dict, source: str = "config") -> Config:
     try:
         cross_checks(config)
     except ValueError as exc:  # worded as the schema's own validation errors were when it ran these checks
-        raise ConfigError(f"{source}: 1 problem(s)\n  config: Value error, {exc}") from None
+        raise ConfigError(f"{source}: 1 problem(s)\n  config: Value error, {exc}{_task_hint(config, exc)}") from None
     problems = _check_files(config)
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
@@ -120,6 +123,28 @@ def _check_task(config: Config, spec: SystemSpec) -> None:
     if spec.own_tasks and family.system != spec.kind:
         raise ValueError(f"system.kind {kind!r} runs only task families made for it "
                          f"(TaskFamily(system={spec.kind!r})); task.kind {task!r} is not one")  # fmt: skip
+
+
+def _task_hint(config: Config, problem: ValueError) -> str:
+    """When a cross-check refused the task (a user's JSONL file with a turn-based config): the shipped
+    configs that run this very task section, so the user need not try them one by one."""
+    if "task.kind" not in str(problem):
+        return ""
+    task = config.task.model_dump(mode="json")
+    fits = [path.stem for path in sorted(PACKAGED.glob("*.yaml")) if _runs_task(yaml.safe_load(path.read_text()), task)]
+    return f"; task.kind {config.task.kind!r} runs with the shipped configs {', '.join(fits)}" if fits else ""
+
+
+def _runs_task(data: dict, task: dict) -> bool:
+    """Whether the shipped config `data` passes its schema and cross-checks with `task` as its task section."""
+    system = data.get("system") or {}
+    try:
+        spec = resolve_system(str(system.get("kind", SystemSection().kind)))
+        config = config_model(spec.config).model_validate({**data, "task": task})
+        cross_checks(config)
+    except (ValidationError, ValueError):
+        return False
+    return True
 
 
 def _check_sampler(config: Config, spec: SystemSpec) -> None:

@@ -6,8 +6,8 @@ every rank's RNG state and the rollout workers' sampling generators, the data
 position, the system's own state (`Stateful`, e.g. the router's Lagrange
 multipliers) and frozen agents' state (a simulated pool's attempt counts).
 `restore_newest` loads the newest checkpoint that reads back whole, setting a
-damaged one aside; `restore(..., weights_only=True)` loads only what evaluation
-and serving need.
+damaged one aside (none at all is a broken run directory: EnvironmentProblem);
+`restore(..., weights_only=True)` loads only what evaluation and serving need.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from masrl import distributed
 from masrl.checkpoint import capture_rng, complete_checkpoints, read_meta, restore_rng, save_checkpoint, set_aside
 from masrl.engine import Engine
 from masrl.rollout.tree import Stateful
-from masrl.types import TrainingError
+from masrl.types import EnvironmentProblem
 
 
 def checkpoint(engine: Engine, run_dir: Path, step: int, worker_rngs: bool = True) -> None:
@@ -76,7 +76,9 @@ def restore_newest(engine: Engine, run_dir: Path) -> Path:
             print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); set aside as {aside.name}", file=sys.stderr)
             continue
         return ckpt
-    raise TrainingError(f"{run_dir}: no checkpoint reads back whole")
+    # a broken run directory (the machine's, exit 3): the damaged checkpoints stay, set aside, for a look
+    raise EnvironmentProblem(f"no checkpoint of {run_dir} reads back whole (each was set aside as broken-step_*); "
+                             f"masrl train {run_dir / 'config.yaml'} starts the run again")  # fmt: skip
 
 
 def rng_state(ckpt: Path, rank: int) -> dict:

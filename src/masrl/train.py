@@ -34,7 +34,9 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import read_meta
+from masrl.checkpoint import latest_checkpoint, read_meta
 from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
 from masrl.evaluate import evaluate_system, write_eval_items
@@ -53,10 +55,10 @@ from masrl.loading import load_config, validate
 from masrl.resume import checkpoint, restore, restore_newest
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
-from masrl.rundir import prepare_run_dir
-from masrl.runlog import RunLogger
+from masrl.rundir import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
+from masrl.runlog import RunLogger, logged
 from masrl.scoring import Scored, score
-from masrl.types import Episode, TrainingError
+from masrl.types import EnvironmentProblem, Episode, ExitCode, TrainingError
 
 
 # ------------------------------------------------------------------ one step
@@ -133,11 +135,22 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         place = engine_placement(config)  # a bad device or run directory fails here, before any spawn
         if place.device.type == "cuda" and processes > torch.cuda.device_count():
             raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
-        prepare_run_dir(run_dir, config, resume is not None)
-        try:
-            distributed.launch(_rank_train, processes, (config.model_dump(mode="json"), str(run_dir) if resume else None))
-        except distributed.RankFailed as exc:
-            raise TrainingError(f"{exc}. Continue from the last checkpoint with: masrl train --resume {run_dir}") from None
+        start = prepare_run_dir(run_dir, config, resume is not None)
+        # A signal reaches the ranks too (one process group): the launcher waits while they checkpoint and
+        # stop, then says what was kept. A second one stops it at once (the ranks get theirs as well).
+        with Signals(note=False) as signals:
+            signals.graceful = True
+            args = (config.model_dump(mode="json"), str(run_dir) if resume else None)
+            try:
+                distributed.launch(_rank_train, processes, args)
+            except distributed.RankFailed as exc:
+                if signals.received is None:
+                    raise TrainingError(f"{exc}. Continue from the last checkpoint with: "
+                                        f"masrl train --resume {run_dir}") from None  # fmt: skip
+                ckpt = latest_checkpoint(run_dir)
+                saved = int(read_meta(ckpt)["step"]) if ckpt else 0
+                raise Interrupted(interrupted_message(signals.received, saved, config.trainer.steps, start.step,
+                                                      run_dir)) from None  # fmt: skip
         return run_dir
     if distributed.launched():
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
@@ -159,28 +172,55 @@ def _rank_train(config_data: dict, resume: str | None) -> None:
         train(None if resume else validate(config_data), resume=resume)
     except TrainingError as exc:
         raise distributed.RankFailed(str(exc)) from None
+    except Interrupted:  # every rank stopped with rank 0 (its signal is broadcast); the launcher says what was kept
+        sys.exit(ExitCode.INTERRUPTED)
 
 
 def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
+    try:
+        with Signals() as signals:
+            return _prepare_and_run(config, run_dir, resuming, model, signals)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        # a full or read-only disk, or a permission: the machine's to fix, then the run goes on
+        raise EnvironmentProblem(disk_message(exc, run_dir, config.trainer.steps)) from None
+
+
+def _prepare_and_run(config: Config, run_dir: Path, resuming: bool, model, signals: Signals) -> Path:
     plan = None
     if distributed.is_main():  # rank 0 owns the run directory; every rank starts where it says
         try:
             plan = (prepare_run_dir(run_dir, config, resuming), None)
-        except TrainingError as exc:
-            plan = (None, str(exc))
+        except (TrainingError, ConfigError, EnvironmentProblem) as exc:
+            plan = (None, exc)
     start, error = distributed.broadcast(plan)
     if error is not None:
-        raise TrainingError(error)
-    if start.finished:
-        return run_dir  # a finished run: resuming it changes nothing
-    engine = build_engine(config, model=model)
+        raise error
+    if start.finished:  # resuming it changes nothing: say so, and how to train it further
+        if distributed.is_main():
+            print(f"masrl: {run_dir} finished at step {start.step} of {config.trainer.steps}; nothing to resume. "
+                  f"To train further, raise trainer.steps in {run_dir / 'config.yaml'} and run "
+                  f"masrl train --resume {run_dir}", file=sys.stderr)  # fmt: skip
+        return run_dir
     try:
-        return _run(engine, config, run_dir, start.step)
+        engine = build_engine(config, model=model)
+    except BaseException as exc:  # a config error found while building (a user's data file), or Ctrl-C
+        if not resuming and distributed.is_main():
+            undo_new_run(run_dir, start)  # no directory holding only config.yaml is left behind
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(f"interrupted while loading; {next_command(run_dir, config.trainer.steps)}") from None
+        raise
+    try:
+        signals.graceful = True  # from here a first signal stops after the step in progress
+        return _run(engine, config, run_dir, start.step, signals)
+    except KeyboardInterrupt:  # a second signal outside the loop's steps (restoring, an evaluation)
+        raise Interrupted(f"stopped at once; {next_command(run_dir, config.trainer.steps)}") from None
     finally:
         engine.close()  # rollout workers and server sessions end with the run, whatever ended it
 
 
-def _run(engine: Engine, config: Config, run_dir: Path, start: int) -> Path:
+def _run(engine: Engine, config: Config, run_dir: Path, start: int, signals: Signals) -> Path:
     """Restore a resumed run, evaluate before training, then the loop (with rollouts ahead when asked)."""
     main = distributed.is_main()
     roll_call = distributed.roll_call()
@@ -196,55 +236,79 @@ def _run(engine: Engine, config: Config, run_dir: Path, start: int) -> Path:
     logger = RunLogger(run_dir, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
         _log_eval(engine, logger, 0, "before")
+    elif main and eval_due(config, start) and not logged(run_dir / "metrics.jsonl", start, "eval"):
+        _log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
     # thread while this one updates (the workers or servers do the model work).
     k = config.rollout.max_staleness
     ahead = RolloutAhead(partial(sample_step, engine), k, config.trainer.steps) if k and main else None
     try:
-        return _loop(engine, config, run_dir, start, logger, ahead)
+        return _loop(engine, config, run_dir, start, logger, ahead, signals)
     finally:
         if ahead:
             ahead.close()  # rollouts of steps past the end (a max_minutes stop) are dropped
+        if logger is not None:
+            logger.close()
 
 
 def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: RunLogger | None,
-          ahead: RolloutAhead | None) -> Path:  # fmt: skip
+          ahead: RolloutAhead | None, signals: Signals) -> Path:  # fmt: skip
     main, cfg = distributed.is_main(), config.trainer
     failures = FailureCount(engine)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
-    last = start  # the last step trained (and checkpointed) by this loop
+    last = saved = start  # the last step trained by this loop, and the last one checkpointed
     trained_seconds = 0.0
-    for step in range(start + 1, cfg.steps + 1):
-        t0 = time.perf_counter()
-        trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
-        if main:  # 5. log
-            _log_step(logger, bar, config, step, trained)
-        last = step
-        step_seconds = time.perf_counter() - t0
-        stop = distributed.broadcast(out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes))
-        final = step == cfg.steps or stop  # (the stop is rank 0's clock)
-        if config.eval.every and step % config.eval.every == 0 and not final and main:  # 6. evaluate
-            step_seconds += _settle(ahead)
-            _log_eval(engine, logger, step, f"step {step}")
-        t_checkpoint = time.perf_counter()
-        if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
-            # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
-            # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
-            checkpoint(engine, run_dir, step, worker_rngs=ahead is None)
-        # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
-        # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
-        trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
-        if stop:  # 8. time limit
-            if main:
-                tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
-                           f"({trained_seconds / 60:.1f} min)")  # fmt: skip
-            break
-    bar.close()
+    signalled = None  # the signal that stops the run, as rank 0 received it (every rank acts on rank 0's)
+    try:  # the bar is closed whatever ends the loop, so a message after it gets a line of its own
+        for step in range(start + 1, cfg.steps + 1):
+            signalled = distributed.broadcast(signals.received)  # one during the last step's eval or checkpoint
+            if signalled is not None:
+                break
+            t0 = time.perf_counter()
+            trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
+            if main:  # 5. log
+                _log_step(logger, bar, config, step, trained)
+            last = step
+            step_seconds = time.perf_counter() - t0
+            # rank 0's clock and signals decide for every rank
+            stop, signalled = distributed.broadcast(
+                (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes), signals.received))
+            final = step == cfg.steps or stop or signalled is not None
+            if eval_due(config, step) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
+                step_seconds += _settle(ahead)
+                _log_eval(engine, logger, step, f"step {step}")
+            t_checkpoint = time.perf_counter()
+            if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
+                # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
+                # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
+                checkpoint(engine, run_dir, step, worker_rngs=ahead is None)
+                saved = step
+            # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
+            # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
+            trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
+            if stop and signalled is None:  # 8. time limit
+                if main:
+                    tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
+                               f"({trained_seconds / 60:.1f} min)")  # fmt: skip
+                break
+            if signalled is not None:
+                break
+        if signalled is not None and last > saved:  # the signal came after the step's checkpoint phase
+            checkpoint(engine, run_dir, last, worker_rngs=ahead is None)
+            saved = last
+        if signalled is not None:  # ranks > 0 wait until rank 0 has written it: the launcher stops the
+            distributed.broadcast(saved)  # others as soon as one rank has exited
+    except KeyboardInterrupt:  # a second signal: stop at once; what the last checkpoint holds stays
+        raise Interrupted(f"stopped at once during step {last + 1} of {cfg.steps}; "
+                          f"{next_command(run_dir, cfg.steps)}") from None  # fmt: skip
+    finally:
+        bar.close()
     if ahead:
         ahead.close()
+    if signalled is not None:
+        raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run_dir))
     if main:  # evaluation runs once
         _log_eval(engine, logger, last, "after", final=True)
-        logger.close()
     return run_dir
 
 
@@ -281,6 +345,63 @@ def _log_eval(engine: Engine, logger: RunLogger, step: int, label: str, final: b
     if final and result.report:
         tqdm.write(result.report)
     return dict(result.metrics)
+
+
+def eval_due(config: Config, step: int) -> bool:
+    """Whether `eval.every` asks for an evaluation after `step` (the last step's is the final one)."""
+    return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
+
+
+# ---------------------------------------------------------------- stopping on a signal
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run (exit code 130); the message says what was kept and what to run next."""
+
+
+class Signals:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption) while `train` runs, in the main thread.
+
+    While the engine loads a signal stops at once (KeyboardInterrupt: nothing is trained yet). Once the
+    loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes and is
+    checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
+    at once, keeping what the last checkpoint holds. With `trainer.processes=N` every rank and the
+    launcher hold one; rank 0's signal decides for every rank (the loop broadcasts it)."""
+
+    def __init__(self, note: bool = True) -> None:
+        self.received: str | None = None  # the first signal's name, once one came while graceful
+        self.graceful = False
+        # one note per run: from this process, unless it is a rank > 0 or a launcher that leaves it to rank 0
+        self.note = note and os.environ.get("RANK", "0") == "0"
+        self._before: dict[int, object] = {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if not self.graceful or self.received is not None:
+            raise KeyboardInterrupt
+        self.received = name
+        if not self.note:
+            return
+        # os.write, not print: a handler may run inside a write to stderr, which print would re-enter.
+        # The newline first puts the note on a line of its own, below the progress bar.
+        os.write(2, f"\nmasrl: {name}: stopping after the step in progress, which is then checkpointed; "
+                    f"{name} again stops at once\n".encode())  # fmt: skip
+
+
+def interrupted_message(name: str, saved: int, steps: int, start: int, run_dir: Path) -> str:
+    """What a graceful stop kept (`saved`: the step last checkpointed) and the command that goes on."""
+    if saved == 0:
+        return f"interrupted ({name}) before step 1 finished; no step to keep; {next_command(run_dir, steps)}"
+    kept = "checkpoint written" if saved > start else f"step {saved}'s checkpoint kept"
+    return f"interrupted ({name}) after step {saved} of {steps}; {kept}; {next_command(run_dir, steps)}"
 
 
 # ---------------------------------------------------------------- a step's metrics

@@ -1,8 +1,9 @@
 """A trained run's engine, for `masrl eval`, `masrl serve` and the scripts that probe a run.
 
-`load_trained(run_dir)` builds the engine from the run's saved config and loads
-its newest checkpoint's adapters (and the system's own state); `load_engine`
-takes a run directory or a config (untrained). Neither imports the training loop.
+`load_trained(run_dir)` builds the engine from the run's saved config (with
+`eval.*` overrides only) and loads its newest checkpoint's adapters (and the
+system's own state); `load_engine` takes a run directory or a config
+(untrained). Neither imports the training loop.
 """
 
 from __future__ import annotations
@@ -17,26 +18,36 @@ from masrl.engine import Engine, build_engine
 from masrl.resume import restore
 from masrl.types import TrainingError
 
-__all__ = ["TrainingError", "load_engine", "load_trained"]  # TrainingError: what a run without a checkpoint raises
+# TrainingError: what a run without a checkpoint raises
+__all__ = ["TrainingError", "check_eval_overrides", "load_engine", "load_trained"]
 
 
-def load_trained(run_dir: Path, model=None) -> Engine:
-    """An engine with the run's latest checkpoint loaded (for eval and serve)."""
-    config = load_config(run_dir / "config.yaml")
-    engine = build_engine(config, model=model)
-    ckpt = latest_checkpoint(run_dir)
+def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), checkpoint: Path | None = None) -> Engine:
+    """An engine with a checkpoint of the run loaded (for eval and serve): `checkpoint`, else the newest.
+    `overrides` change the saved config as it is read: only `eval.*` ones (`masrl eval RUN eval.size=3`);
+    training keys would describe another run than the one the checkpoint holds."""
+    check_eval_overrides(overrides)
+    config = load_config(run_dir / "config.yaml", overrides)
+    ckpt = checkpoint or latest_checkpoint(run_dir)
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
+    engine = build_engine(config, model=model)
     restore(engine, ckpt, weights_only=True)
     engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
     return engine
+
+
+def check_eval_overrides(overrides: Sequence[str]) -> None:
+    """Refuse any override of a trained run's config but `eval.*` (ConfigError naming the others)."""
+    others = [o for o in overrides if not o.split("=", 1)[0].strip().startswith("eval.")]
+    if others:
+        raise ConfigError(f"a run directory is evaluated with its saved config; only eval.* keys can be "
+                          f"overridden, not {', '.join(others)}")  # fmt: skip
 
 
 def load_engine(target: str | None, overrides: Sequence[str] = ()) -> Engine:
     """A trained run's engine (a run directory: its saved config, latest checkpoint) or an untrained one
     (a config name or file, or None for the default, with dotted overrides)."""
     if target and Path(target).is_dir():
-        if overrides:
-            raise ConfigError(f"{target} is loaded with its saved config; pass no overrides")
-        return load_trained(Path(target))
+        return load_trained(Path(target), overrides=overrides)  # eval.* overrides alone
     return build_engine(load_config(target, overrides))

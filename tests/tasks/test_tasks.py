@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from masrl.config import ConfigError, TaskConfig
+from masrl.pools.simulated import ItemIndex
 from masrl.registry import build_task
 from masrl.tasks import BUILTIN, Grade, Task, format_reward, grade, held_out, reward_terms
 from masrl.tasks.jsonl import JsonlTask
@@ -360,3 +361,21 @@ def test_an_unknown_math_dataset_is_a_config_error_listing_every_name():
     assert str(refused.value) == ("task.dataset 'basic_arithmetics' is not a reasoning-gym dataset. Levels of their "
                                   "own: basic_arithmetic, chain_sum, gsm_symbolic; all of reasoning-gym's (at their "
                                   f"defaults): {', '.join(names)}")  # fmt: skip
+
+
+def test_jsonl_items_are_known_to_a_simulated_pool(tmp_path):
+    """Both splits are `known_items`: the default config's simulated agents find a user's questions."""
+    rows = [
+        {"question": "What is 1+1?", "answer": "2", "split": "train"},
+        {"question": "What is 2+2?", "answer": "4", "split": "eval"},
+    ]
+    task = JsonlTask(_write(tmp_path, rows))
+    assert [i.answer for i in task.known_items()] == ["2", "4"] and task.known_count() == 2
+    index = ItemIndex(task)
+    assert index.find("Solve this. What is 2+2? Answer in <answer></answer>.").id == "data/2"
+    assert index.find("What is 1+1?").answer == "2"
+
+
+def test_jsonl_file_without_questions_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"data\.jsonl: no question/answer lines"):
+        JsonlTask(_write(tmp_path, ["", ""]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -137,7 +138,11 @@ class PolicyModel:
                 task_type="CAUSAL_LM",
             )
             cfg._register_custom_module({torch.nn.Linear: FusedLoraLinear})  # peft's layer, fused forward
-            self.model = get_peft_model(loaded.model, cfg, adapter_name=self.policies[0])
+            with warnings.catch_warnings():
+                # peft reads transformers' deprecated `is_gradient_checkpointing` property: peft's call,
+                # not ours, so only that one FutureWarning is silenced, and only here
+                warnings.filterwarnings("ignore", r".*`is_gradient_checkpointing` is deprecated", FutureWarning)
+                self.model = get_peft_model(loaded.model, cfg, adapter_name=self.policies[0])
             for name in self.policies[1:]:
                 self.model.add_adapter(name, cfg)
         self.model.eval()

@@ -153,10 +153,26 @@ class RayWorkers:
         self.version = version
 
     def rng_states(self) -> list[torch.Tensor]:
-        """Each worker's sampling generator, for the checkpoint (between steps: no batch in flight)."""
-        import ray
+        """Each worker's sampling generator, for the checkpoint (between steps: no batch in flight).
 
-        return ray.get([a.rng_state.remote() for a in self.actors], timeout=self.timeout_s)
+        A worker killed while it is read is asked again once Ray has restarted it (as `pids` does): the
+        restarted worker's fresh generator is the one it samples the next step with, so that is the state
+        to save; the read no longer fails the checkpoint, and with it the run."""
+        return [self._ask(a.rng_state) for a in self.actors]
+
+    def _ask(self, method):
+        """`method.remote()`'s answer, asking again (up to timeout_s) while its worker dies and restarts."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return ray.get(method.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+            except RayActorError:  # died mid-call, or restarting (ActorUnavailableError): ask again shortly
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def load_rng_states(self, states: Sequence[torch.Tensor]) -> None:
         """Set each worker's generator to a checkpoint's, so a resumed run samples what it would have."""

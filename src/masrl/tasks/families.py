@@ -13,6 +13,7 @@ import importlib
 from typing import Any
 
 from masrl.components import HUMAN_EVAL, REASONING_GYM, Component
+from masrl.config import ConfigError
 from masrl.tasks.base import Task, TaskFamily
 from masrl.tasks.jsonl import JsonlTask
 from masrl.tasks.math import MathTask, MixedMathTask
@@ -27,7 +28,12 @@ def _math(spec: Any) -> Task:
 
 
 def _jsonl(spec: Any) -> Task:
-    return JsonlTask(spec.path, seed=spec.seed)
+    try:
+        return JsonlTask(spec.path, seed=spec.seed)
+    except ValueError as exc:  # the file's mistakes (file:line) are task.path's, not task.config's
+        raise ConfigError(f"task.path: {exc}") from None
+    except OSError as exc:  # a directory, no read permission
+        raise ConfigError(f"task.path: cannot read {spec.path}: {exc.strerror}") from None
 
 
 def _search(spec: Any) -> Task:

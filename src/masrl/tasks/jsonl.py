@@ -1,4 +1,5 @@
-"""Question/answer pairs from a user's JSONL file, graded like any math task.
+"""Question/answer pairs from a user's JSONL file, graded like any math task (the format, for users:
+docs/usage.md, "Your own questions").
 
 Each line is a JSON object with `question` and `answer`, and optionally `id`
 and `split` ("train" or "eval"). A line without `split` goes where
@@ -9,6 +10,9 @@ dropped from train, whatever the file says: eval stays as the file wrote it.
 The train split is shuffled once by the seed and then cycles (item i is
 train[i % n]), so training can run for more steps than the file has problems;
 a repeated problem keeps its id. Eval keeps file order and does not cycle.
+
+Every item of both splits is `known_items`, where the simulated and recorded agent pools look a
+question up (masrl.pools.simulated.ItemIndex), as they do in a math task's generated items.
 
 `read_jsonl` is the one reader of JSONL files of objects (this task's and the
 search corpora's, masrl.retrieval.corpus): an error names the file and line.
@@ -35,7 +39,10 @@ class JsonlTask:
         self.name = self.path.stem
         self.seed = seed
         splits: dict[str, list[TaskItem]] = {split: [] for split in SPLITS}
-        for item, split in _read(self.path):
+        records = _read(self.path)
+        if not records:
+            raise ValueError(f"{self.path}: no question/answer lines (one JSON object a line, see docs/usage.md)")
+        for item, split in records:
             if split is None:
                 split = "eval" if held_out(item.question, eval_fraction) else "train"
             splits[split].append(item)
@@ -51,6 +58,14 @@ class JsonlTask:
         if count > 0 and not self.train:
             raise ValueError(f"{self.path}: no train items (every line is in the eval split)")
         return [self.train[i % len(self.train)] for i in range(start, start + count)]
+
+    def known_items(self) -> list[TaskItem]:
+        """Every item of the file, both splits: simulated and recorded agent pools look questions up here
+        (masrl.pools.simulated.ItemIndex), as they do in a math task's generated items."""
+        return [*self.train, *self.eval]
+
+    def known_count(self) -> int:
+        return len(self.train) + len(self.eval)
 
     def score(self, item: TaskItem, answer: str) -> float:
         return 1.0 if math_equal(item.answer, answer) else 0.0
