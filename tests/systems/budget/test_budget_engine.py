@@ -280,9 +280,9 @@ def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     def episodes(self, step, *args):
         real(self, step, *args)
         if step == 2:
-            raise KeyboardInterrupt("killed after step 2")
+            raise RuntimeError("killed after step 2")  # a crash (a signal checkpoints: tests/test_user_mistakes.py)
 
-    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+    with monkeypatch.context() as patch, pytest.raises(RuntimeError, match="killed after step 2"):
         patch.setattr(RunLogger, "episodes", episodes)
         train(config(crashed))
     assert (crashed / "checkpoints" / "latest").read_text().strip() == "step_000001"  # step 2 is redone
