@@ -238,12 +238,12 @@ def _eval(args) -> int:
             run = Path(target)
             _saved_config(run)
             check_eval_overrides(overrides)  # before the restart under jemalloc: a mistake is one message
+            preflight(load_config(run / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
             ckpt = latest_checkpoint(run)
             if ckpt is None:
                 config = run / "config.yaml"
                 raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train {config}), "
                                          f"or evaluate its config untrained: masrl eval {config}")  # fmt: skip
-            preflight(load_config(run / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
             _under_jemalloc(args)
             engine = load_trained(run, overrides=overrides, checkpoint=ckpt)  # eval.* overrides alone
             step, ckpt = int(read_meta(ckpt)["step"]), ckpt.relative_to(run).as_posix()

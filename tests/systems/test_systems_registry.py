@@ -18,7 +18,7 @@ from masrl.systems.single import SingleAgentSystem, SingleConfig, build_single
 
 
 def two_roles(config, task):
-    return Built(SingleAgentSystem(task, "p", {}), {"coder": "shared", "tester": "shared", "judge": "own"})
+    return Built(SingleAgentSystem(task, "p", {}, agent="coder"), {"coder": "shared", "tester": "shared", "judge": "own"})
 
 
 # Found by `system.kind: test_systems_registry:TWO_ROLES` (pytest puts the test file's folder on sys.path).
