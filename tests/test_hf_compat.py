@@ -8,7 +8,13 @@ import torch
 import transformers
 from packaging.version import Version
 
-from masrl.hf_compat import activation_checkpointing, cache_kwargs, cache_name, output_cache
+from masrl.hf_compat import (
+    activation_checkpointing,
+    cache_kwargs,
+    cache_name,
+    enable_activation_checkpointing,
+    output_cache,
+)
 from masrl.models import build_tiny_model
 
 
@@ -33,6 +39,6 @@ def test_a_forward_continued_from_the_returned_cache_equals_one_forward():
 def test_activation_checkpointing_reads_the_models_switch():
     model, _ = build_tiny_model(seed=3)
     assert activation_checkpointing(model) is False
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_activation_checkpointing(model, use_reentrant=False)
     assert activation_checkpointing(model) is True
     assert activation_checkpointing(torch.nn.Linear(2, 2)) is False  # not an HF model: never checkpointing

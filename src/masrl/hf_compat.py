@@ -8,8 +8,11 @@ job installs) up to the newest. Two renames between them touch masrl:
   know only `past_key_values`). masrl passes a cache by hand in the shared-prompt log-probs
   (masrl.agents.policy) and the lean engine's HF forward (masrl.rollout.decode).
 - Whether a model recomputes activations in its backward was `is_gradient_checkpointing` and became
-  `is_activation_checkpointing` in 5.23 (the old name warns there). The shared-prompt layout needs
-  the KV cache, which checkpointing turns off, so the policy asks before it shares.
+  `is_activation_checkpointing` in 5.23 (the old name warns there), and the switch that turns it on,
+  `gradient_checkpointing_enable(gradient_checkpointing_kwargs=...)`, became
+  `activation_checkpointing_enable(activation_checkpointing_kwargs=...)` (the old one warns). The
+  shared-prompt layout needs the KV cache, which checkpointing turns off, so the policy asks before
+  it shares; `trainer.gradient_checkpointing` turns it on.
 
 (Checked in the published wheels of 5.17.0, 5.20.2, 5.21.0, 5.22.2, 5.23.0 and 5.24.0.) Each name is
 read once from the library itself (the fields of its causal-LM output, the properties of its model
@@ -55,3 +58,12 @@ def activation_checkpointing(model: Any) -> bool:
     """Whether `model` (an HF model, or peft's wrapper of one, which forwards the property) recomputes
     activations in its backward; False for a model that is neither."""
     return bool(getattr(model, _checkpointing_name(), False))
+
+
+def enable_activation_checkpointing(model: Any, **kwargs: Any) -> None:
+    """Turn on activation checkpointing of an HF model, with the keyword arguments of
+    `torch.utils.checkpoint.checkpoint` (e.g. `use_reentrant=False`), under whichever name it has."""
+    if _checkpointing_name() == "is_activation_checkpointing":
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

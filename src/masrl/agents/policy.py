@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.algos.losses import token_logprobs
 from masrl.device import CPU, Placement
-from masrl.hf_compat import activation_checkpointing, cache_kwargs, output_cache
+from masrl.hf_compat import activation_checkpointing, cache_kwargs, enable_activation_checkpointing, output_cache
 from masrl.models import LoadedModel
 from masrl.types import Message, Price, Reply
 
@@ -118,7 +118,7 @@ class PolicyModel:
         self._reference: torch.nn.Module | None = None
         loaded.model.to(placement.device)
         if gradient_checkpointing:  # non-reentrant: works with frozen inputs and LoRA's trainable inner weights
-            loaded.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(loaded.model, use_reentrant=False)
         if lora is None:
             self.model = loaded.model
             if keep_reference:
