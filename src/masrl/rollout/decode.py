@@ -16,8 +16,9 @@ This one samples the same policy with less work per token:
   drop finished rows from the batch (HF keeps them, decoding padding).
 - **A plain forward.** For Llama-family models the loop runs
   `LlamaDecoder` (masrl/rollout/llama_decoder.py): a KV cache allocated once
-  at its final length, fused q/k/v and gate/up weights packed for oneDNN,
-  no per-token mask building or module calls. Other models use their own
+  at its final length that holds a shared prompt's keys once for all its rows
+  (read once per step for all of them), fused q/k/v and gate/up weights
+  packed for oneDNN, no per-token mask building or module calls. Other models use their own
   forward and HF's cache in the same loop (`HFForward`).
 - **Cheap sampling.** Each row inverts its cumulative distribution at one
   uniform draw per step (`pick_tokens`), drawn for every row of the call
