@@ -8,7 +8,8 @@
 - each sampled token's log-prob equals the trainer's (response_logprobs) to 1e-5;
 - samples follow the model's distribution (a one-token draw of 4,000 rows);
 - the plain decoder (masrl.rollout.llama_decoder) computes HF's logits for left-padded shared prompts and
-  every step after them, for Llama and for Qwen2 (q/k/v biases), and the lean loop through it samples
+  every step after them, for Llama and for Qwen2 (q/k/v biases), with the rows grouped by prompt or
+  scattered in groups of unequal size (its shared-prefix attention), and the lean loop through it samples
   what the loop through HF's forward samples;
 - `rollout.engine=lean` trains end to end.
 """
@@ -181,12 +182,22 @@ def tiny_qwen2():
     return model, tok
 
 
+def scattered(rows: list[list[int]]) -> list[list[int]]:
+    """The rows of `prompts()` out of their prompt order and one row fewer: groups of 3, 3, 3 and 2 rows
+    interleaved, so the decoder's shared-prefix attention places rows in its grid by index."""
+    order = [0, 3, 6, 1, 9, 4, 2, 10, 7, 5, 8]
+    return [rows[i] for i in order]
+
+
+@pytest.mark.parametrize("layout", ["grouped", "scattered"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_plain_decoder_equals_hf_forward(arch):
+def test_plain_decoder_equals_hf_forward(arch, layout):
     model, tok = (load_model("tiny").model.eval(), None) if arch == "llama" else tiny_qwen2()
     assert supported(model)
     decoder = LlamaDecoder(model, fused_weights(model))
     rows = prompts()  # 4 distinct prompts of 3 to 12 tokens, 3 rows each
+    if layout == "scattered":
+        rows = scattered(rows)
     distinct = list(dict.fromkeys(tuple(p) for p in rows))
     owner = torch.tensor([distinct.index(tuple(p)) for p in rows])
     p_len, steps = max(map(len, distinct)), 5
@@ -198,6 +209,7 @@ def test_plain_decoder_equals_hf_forward(arch):
     with torch.no_grad():
         cache = KVCache(decoder, len(rows), p_len + steps, decoder.embed)
         got = [decoder.prefill(ids, mask, cache, owner)]
+        assert (cache.slots is None) == (layout == "grouped")
         pos = mask.sum(-1)[owner]
         for j in range(steps):
             got.append(decoder.step(new[:, j], pos + j, cache))
