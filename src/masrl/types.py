@@ -78,7 +78,7 @@ class ExitCode(IntEnum):
     """What `masrl` exits with, so a script or a scheduler can tell who has to act (docs/usage.md)."""
 
     OK = 0
-    BUG = 1  # an unexpected error in masrl: a traceback, to be reported
+    BUG = 1  # a bug in masrl (a traceback, to be reported), or a run that cannot go on (every episode failed)
     CONFIG = 2  # the run cannot start as asked: config, arguments, a missing component; fix it and run again
     ENVIRONMENT = 3  # the machine failed the run: a full disk, a permission, a broken run directory
     SYSTEM = 4  # the user's system code raised (rollout.on_system_error: stop)
