@@ -27,14 +27,11 @@ import time
 
 import torch
 from _util import emit_json, warn_if_busy
+from generate_vs_hf import POLICY, acting_batch
 
-from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.agents.sampling import SamplingParams, left_pad
-from masrl.models import load_model
 from masrl.rollout.decode import LeanEngine, pick_tokens
 from masrl.rollout.llama_decoder import KVCache
-
-POLICY = "policy"
 
 
 def parse_args() -> argparse.Namespace:
@@ -56,18 +53,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.cpu else time.perf_counter
     busy = warn_if_busy()
-    torch.manual_seed(0)
-    pm = PolicyModel(load_model(args.model), [POLICY], LoraSpec())
-    g = torch.Generator().manual_seed(1)
-    adapter = [p for n, p in pm.model.named_parameters() if "lora_" in n]
-    with torch.no_grad():
-        for n, p in pm.model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
-    tok = pm.tokenizer
-    allowed = torch.tensor([i for i in range(len(tok)) if i not in set(tok.all_special_ids)])
-    distinct = [allowed[torch.randint(len(allowed), (args.prompt_len,), generator=g)].tolist() for _ in range(args.prompts)]
-    rows = [p for p in distinct for _ in range(args.group)]
+    pm, adapter, g, rows = acting_batch(args)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, top_p=1.0)
     steps = args.new_tokens - 1  # the last sampled token is never fed back
     lean = LeanEngine(pm)
@@ -86,7 +72,7 @@ def main() -> None:
         out = f()
         return clock() - t0, out
 
-    ids, mask = left_pad(distinct, tok.pad_token_id, "cpu")
+    ids, mask = left_pad(rows[:: args.group], pm.tokenizer.pad_token_id, "cpu")  # each distinct prompt once
     owner = torch.arange(args.prompts).repeat_interleave(args.group)
     pos0 = mask.sum(-1)[owner]
     for r in range(args.rounds):

@@ -48,10 +48,12 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def main() -> None:
-    args = parse_args()
-    torch.set_num_threads(args.threads)
-    busy = warn_if_busy()
+def acting_batch(
+    args: argparse.Namespace,
+) -> tuple[PolicyModel, list[torch.nn.Parameter], torch.Generator, list[list[int]]]:
+    """The seeded setup both generation benches share: the policy with an adapter whose B matrices are random
+    (it acts), its parameters, the generator that goes on to move them, and one GRPO batch: `prompts` random
+    prompts of `prompt_len` tokens (no special tokens), each `group` times."""
     torch.manual_seed(0)
     pm = PolicyModel(load_model(args.model), [POLICY], LoraSpec())
     g = torch.Generator().manual_seed(1)
@@ -63,7 +65,14 @@ def main() -> None:
     tok = pm.tokenizer
     allowed = torch.tensor([i for i in range(len(tok)) if i not in set(tok.all_special_ids)])
     distinct = [allowed[torch.randint(len(allowed), (args.prompt_len,), generator=g)].tolist() for _ in range(args.prompts)]
-    rows = [p for p in distinct for _ in range(args.group)]
+    return pm, adapter, g, [p for p in distinct for _ in range(args.group)]
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    busy = warn_if_busy()
+    pm, adapter, g, rows = acting_batch(args)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, top_p=1.0)
     produced: dict[str, int] = {"hf": 0, "lean": 0}
     last: dict[str, list] = {}
