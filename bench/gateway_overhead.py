@@ -5,7 +5,7 @@ Method
 - One engine (model, LoRA adapter, generation service) serves both paths; the program is
   examples/program-solver-checker/solver_checker.py (a fresh Python process per episode with the
   official `openai` client, HTTP to the gateway on 127.0.0.1, the gateway's per-episode session,
-  recorded token ids and log-probs); the System is examples/program-solver-checker/as_system.py,
+  recorded token ids and log-probs); the System is the built-in team (masrl/systems/team.py),
   built from the same prompts and rules.
 - Greedy decoding (the evaluation agents), so both paths generate the same tokens: the script
   checks that the two episodes' calls have the same token ids, so the work compared is the same.
@@ -30,6 +30,7 @@ from _util import emit_json, interleaved, median, table, warn_if_busy
 from masrl.loading import load_config
 from masrl.engine import build_engine
 from masrl.rollout.tree import Parallel, rollout
+from masrl.systems.team import SolverChecker
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "program-solver-checker"
 
@@ -44,16 +45,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     busy = warn_if_busy()
-    sys.path.insert(0, str(EXAMPLE))
-    import as_system
-
     cfg = load_config(str(EXAMPLE / "config.yaml"), [
         f"model.name={args.model}", f"eval.max_new_tokens={args.max_new_tokens}", f"trainer.threads={args.threads}",
         f"system.command={sys.executable} {EXAMPLE / 'solver_checker.py'}", "run.dir=/tmp/masrl-bench-gateway",
         f"system.concurrency={args.episodes * args.group}",
     ])  # fmt: skip
     engine = build_engine(cfg)
-    team = as_system.SolverChecker(engine.task)
+    team = SolverChecker(engine.task)
     items = engine.task.items("eval", 0, args.episodes)
     rule = Parallel(args.group)
     runs = {

@@ -33,7 +33,7 @@ def test_every_builtin_name_resolves_to_its_package_spec():
         assert spec.kind == ("search" if kind == "pipeline" else kind)  # pipeline: the search system's old name
         assert spec.config.model_fields["kind"].default == "single"  # every section is a SystemSection
     builtin = [row[0] for row in available_systems() if row[1] == "built in"]
-    assert builtin == ["single", "router", "budget", "search", "turns", "puppeteer", "program"]
+    assert builtin == ["single", "team", "router", "budget", "search", "turns", "puppeteer", "program"]
 
 
 def test_built_rejects_a_name_that_is_both_trainable_and_frozen():

@@ -11,6 +11,7 @@ from __future__ import annotations
 # kind -> "module:object"; `pipeline` is the search system's name before it became a package.
 BUILTIN: dict[str, str] = {
     "single": "masrl.systems.single:SYSTEM",
+    "team": "masrl.systems.team:SYSTEM",
     "router": "masrl.systems.router:SYSTEM",
     "budget": "masrl.systems.budget:SYSTEM",
     "search": "masrl.systems.search:SYSTEM",

@@ -169,14 +169,11 @@ def make_system(command: list[str], **kw) -> tuple[ProgramSystem, object]:
 
 
 def program_and_system():
-    """The solver-and-checker team twice: as the example program and as the System in as_system.py."""
-    sys.path.insert(0, str(SOLVER_CHECKER))
-    try:
-        import as_system
-    finally:
-        sys.path.remove(str(SOLVER_CHECKER))
+    """The solver-and-checker team twice: as the example program and as the built-in System (masrl.systems.team)."""
+    from masrl.systems.team import SolverChecker
+
     system, task = make_system([PY, str(SOLVER_CHECKER / "solver_checker.py")])
-    return system, as_system.SolverChecker(task), task
+    return system, SolverChecker(task), task
 
 
 @pytest.fixture(scope="module")

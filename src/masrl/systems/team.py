@@ -1,0 +1,102 @@
+"""A solver and a checker: the checker may send the solver's answer back once.
+
+The smallest team in which agents depend on each other: the solver drafts an answer, the checker
+reads the problem and the draft and accepts it or asks for a revision, and a revision is the
+solver's second (and last) try. The episode is scored on the final draft only (1 if right, else 0),
+so the checker earns reward only through what its verdict does to the solver's answer: credit
+has to flow between the agents, which is what the multi-agent algorithms are for. The default
+config (`masrl train`) trains it with MHGPO's heterogeneous groups (arXiv:2506.02718, sec. 3.2:
+each agent's calls grouped across the task's runs, each sample weighted by its agent; the
+credit `descendant_mean` carries the final reward to every call that led to it).
+
+The same team is also written as an ordinary program (examples/program-solver-checker), trained
+through the gateway; its prompts and its send-back rule are these, and the tests check that both
+give the same training samples.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from masrl.systems.api import Built, Step, SystemSection, SystemSpec, Task, Transition
+from masrl.types import Message, Reply, TaskItem
+
+SOLVER = "Compute the result. Reply with the final answer as <answer>NUMBER</answer> and nothing else."
+CHECKER = "You check a draft answer. Reply <verdict>accept</verdict> if it is right, else <verdict>revise</verdict>."
+RETRY = "A checker thinks this is wrong. Compute it again and reply with <answer>NUMBER</answer>."
+
+
+class TeamConfig(SystemSection):
+    pass
+
+
+def solver_messages(question: str, draft: str | None = None) -> tuple[Message, ...]:
+    """The solver's first try, or with its `draft` sent back, its second."""
+    messages = (Message("system", SOLVER), Message("user", question))
+    if draft is None:
+        return messages
+    return (*messages, Message("assistant", draft), Message("user", RETRY))
+
+
+def checker_messages(question: str, draft: str) -> tuple[Message, ...]:
+    return (Message("system", CHECKER), Message("user", f"Problem: {question}\nDraft: {draft}"))
+
+
+def sends_back(verdict: str) -> bool:
+    """The checker sends the draft back only when it clearly says so: an unreadable verdict accepts."""
+    found = re.search(r"<verdict>\s*(\w+)", verdict)
+    return bool(found) and found.group(1).lower() == "revise"
+
+
+@dataclass(frozen=True)
+class TeamState:
+    item: TaskItem
+    draft: str | None = None  # the solver's latest reply
+    calls: int = 0  # calls made so far: solver, checker, then perhaps the solver again
+
+
+@dataclass(frozen=True)
+class SolverChecker:
+    task: Task
+
+    def start(self, item: TaskItem) -> TeamState:
+        return TeamState(item)
+
+    def next_step(self, state: TeamState) -> Step:
+        q = state.item.question
+        if state.calls == 0:
+            return Step("solver", "solver", 0, solver_messages(q))
+        if state.calls == 1:
+            return Step("checker", "checker", 1, checker_messages(q, state.draft or ""))
+        return Step("solver", "solver", 2, solver_messages(q, state.draft))
+
+    def advance(self, state: TeamState, step: Step, reply: Reply) -> Transition:
+        calls = state.calls + 1
+        if step.agent == "solver":
+            new = replace(state, draft=reply.text, calls=calls)
+            done = calls == 3
+        else:
+            new = replace(state, calls=calls)
+            done = not sends_back(reply.text)
+        if not done:
+            return Transition(new)
+        found = self.task.extract_answer(new.draft) if new.draft else None
+        correct = float(self.task.score(state.item, found)) if found is not None else 0.0
+        # "final" is the team's outcome, which credit carries back to every call that led to it
+        # (masrl.algos.credit: descendant_mean, tree_q); "correct" is what evaluation counts.
+        rewards = {"correct": correct, "final": correct}
+        return Transition(new, action=new.draft, rewards=rewards, reward=correct, done=True)
+
+
+def build_team(config, task: Task) -> Built:
+    """The two agents share one policy (`shared`): one LoRA adapter learns both roles."""
+    return Built(SolverChecker(task), {"solver": "shared", "checker": "shared"})
+
+
+SYSTEM = SystemSpec(
+    kind="team",
+    config=TeamConfig,
+    build=build_team,
+    summary="a solver and a checker who may send the answer back once (the default demo)",
+)
