@@ -14,7 +14,7 @@ verdict's true-positive rate (right drafts called True) and true-negative rate (
 False). If even a perfect checker of visible slips cannot clear a bar, no controller trained to
 check them can.
 
-    python scripts/router_bounds.py default system.pool.drafts=visible system.labels=numbers \\
+    python scripts/router_bounds.py router system.pool.drafts=visible system.labels=numbers \\
         system.final_verification=false --items 300
 """
 

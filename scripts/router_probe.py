@@ -10,7 +10,7 @@ Two probes, one forward pass each:
   draft forced), and P(True) against P(False) right after the prefilled `<verdict>`: the mean
   P(True) renormalised over the two and how often True is the more likely (the greedy verdict).
 
-    python scripts/router_probe.py default                       # the untrained controller
+    python scripts/router_probe.py router                       # the untrained controller
     python scripts/router_probe.py runs/router --split eval      # a trained run's adapter
 
 `--supervise MINUTES` first trains the controller's adapter on the verdict alone, supervised:
@@ -20,7 +20,7 @@ training items the probe never reads, each item's right and wrong draft in the s
 of the skill). RL gets a noisier signal for the same verdicts, so what supervision reaches in the
 minutes bounds what a verdict trained by RL in them can (docs/router.md, "What verification could earn here"):
 
-    python scripts/router_probe.py default system.pool.drafts=visible system.labels=numbers \\
+    python scripts/router_probe.py router system.pool.drafts=visible system.labels=numbers \\
         --supervise 30 --lr 1e-3 --split eval --items 200
 """
 

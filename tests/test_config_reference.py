@@ -43,16 +43,16 @@ def test_masrl_config_markdown_prints_the_page(capsys):
     assert capsys.readouterr().out == config_markdown()
 
 
-def test_masrl_config_default_lists_every_key_with_type_default_description_and_its_value(capsys):
-    assert main(["config", "default"]) == 0
+def test_masrl_config_router_lists_every_key_with_type_default_description_and_its_value(capsys):
+    assert main(["config", "router"]) == 0
     out = capsys.readouterr().out
-    config = load_config("default")
+    config = load_config("router")
     every = keys(type(config), values=config)
     assert {k.name for k in every} >= {k.name for k in keys(Config)} | {"system.max_turns", "system.pool.kind"}
     listed = [line.split(":")[0] for line in out.splitlines() if line and not line.startswith((" ", "["))]
     assert listed == [k.name for k in every]
     lines = out.splitlines()
-    at = lines.index('trainer.steps: int = 40  (here: 24)')  # default.yaml trains 24 steps
+    at = lines.index('trainer.steps: int = 40  (here: 24)')  # router.yaml trains 24 steps
     assert lines[at + 1] == "    training steps (>= 1)"
     assert 'system.kind: str = "single"  (here: "router")' in lines
     assert "system.max_turns: int = 3" in lines

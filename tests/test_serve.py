@@ -61,7 +61,7 @@ def client(url: str, key: str = KEY) -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def router_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("serve") / "router"
-    assert main(["train", "default", *tiny_run(batch_size=2, eval_size=6), f"run.dir={run}",
+    assert main(["train", "router", *tiny_run(batch_size=2, eval_size=6), f"run.dir={run}",
                  "system.baselines=[]"]) == 0  # fmt: skip
     return run
 

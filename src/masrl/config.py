@@ -95,8 +95,10 @@ class RolloutConfig(Section):
         "slot, call id), not on the order remote agents answer in: calls in tree order, draws keyed by place "
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
-    engine: Literal["hf", "lean", "openai"] = Field(
-        "hf", description="hf: HF generate with the trainer's own model, the reference (in process, or on "
+    engine: Literal["auto", "hf", "lean", "openai"] = Field(
+        "auto", description="auto: lean on CPU in the trainer's process, hf with rollout.workers or on CUDA (where "
+        "the lean engine has not been measured yet, docs/gpu.md); hf: HF generate with the trainer's own model, "
+        "the reference (in process, or on "
         "rollout.workers Ray actors); lean: in process, merged adapter weights re-merged after every update, one "
         "prefill per distinct prompt, finished rows leave the batch, Llama-family models through its own decoder "
         "over a preallocated KV cache (masrl/rollout/decode.py); openai: the "

@@ -305,7 +305,8 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            generate = LeanEngine(base).generate if r.engine == "lean" else base.generate  # the in-process engines
+            lean = in_process_engine(r.engine, base.placement.device) == "lean"
+            generate = LeanEngine(base).generate if lean else base.generate  # the in-process engines
             local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
             continue
@@ -315,6 +316,15 @@ def build_services(
                                     max_tokens=r.max_batch_tokens)  # fmt: skip
         services.update(dict.fromkeys(adapters, service))
     return services, remotes
+
+
+def in_process_engine(engine: str, device: torch.device) -> str:
+    """The engine that samples in the trainer's process: `rollout.engine`, with `auto` the lean one on
+    CPU (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate on
+    CUDA, where the lean engine has not been measured (docs/gpu.md)."""
+    if engine != "auto":
+        return engine
+    return "lean" if device.type == "cpu" else "hf"
 
 
 def start_remote(config: Config, base: PolicyModel, model_name: str, given_model: bool) -> Any:

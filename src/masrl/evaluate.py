@@ -26,6 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
+from masrl import distributed
 from masrl.checkpoint import atomic_write_json
 from masrl.rollout.tree import Parallel, rollout
 from masrl.types import Episode, TaskItem
@@ -84,8 +87,11 @@ class EvalResult:
 
 def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
     started = time.perf_counter()
-    episodes = asyncio.run(rollout(engine.system, engine.eval_agents, items, Parallel(1), env=engine.env,
-                                   errors=engine.errors))  # fmt: skip
+    # A bar while the items run (300 items take minutes on a CPU); it is cleared when they are done.
+    with tqdm(total=len(items), desc="eval", unit="item", leave=False, dynamic_ncols=True,
+              disable=not distributed.is_main()) as bar:  # fmt: skip
+        episodes = asyncio.run(rollout(engine.system, engine.eval_agents, items, Parallel(1), env=engine.env,
+                                       errors=engine.errors, finished=bar.update))  # fmt: skip
     finals = [ep.leaves()[0] for ep in episodes]
     ok = [c for c in finals if not c.failed]
     tokens = [sum(c.reply.tokens_out for c in ep.calls if c.reply) for ep in episodes]

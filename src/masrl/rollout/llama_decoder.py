@@ -140,15 +140,20 @@ class LlamaDecoder:
     def refresh(self) -> None:
         """Take the weights' current values (after a re-merge): the matmuls of weights written since are rebuilt
         (packing costs a copy; the head and unadapted weights keep theirs)."""
+        # Each stale packed copy is let go before its replacement is packed, so a re-merge never holds two
+        # copies of the model's projections (about 0.5 GB for SmolLM2-135M in float32) at once.
         old = getattr(self, "_matmuls", {})
+        self._matmuls: dict[str, Matmul] = {}
+        self.head, self.layers = None, []
 
         def matmul(key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Matmul:
-            m = old.get(key)
-            return m if m is not None and m.current(weight, bias) else Matmul(weight, bias)
+            m = old.pop(key, None)
+            if m is not None and m.current(weight, bias):
+                return m
+            del m  # the last reference to the stale copy
+            return Matmul(weight, bias)
 
-        self._matmuls: dict[str, Matmul] = {}
         self.head = self._matmuls["head"] = matmul("head", self._model.lm_head.weight)
-        self.layers = []
         for i, (layer, (qkv, gate_up)) in enumerate(zip(self._model.model.layers, self._fused)):
             attn = layer.self_attn
             mats = {

@@ -555,17 +555,24 @@ async def _invoke(agent: Agent, messages: tuple[Message, ...], address: str | No
 async def rollout(
     system: System, agents: Mapping[str, Agent], tasks: Sequence[TaskItem], rule: BranchRule | Planner,
     key: str | None = None, env: EnvSteps | None = None, lockstep: bool = False,
-    errors: SystemErrors = SystemErrors(),
+    errors: SystemErrors = SystemErrors(), finished: Callable[[], None] | None = None,
 ) -> list[Episode]:  # fmt: skip
     """Expand every task's tree concurrently, so generation batches across tasks. `key` (unique
     within a run) makes the rollout one by place (see the module's doc); None: by arrival.
     `lockstep`: level by level across tasks, environment steps in task order (a system stepped from
     here; one that grows its own tree cannot be). `errors`: what the system's own exceptions do (the
-    default stops at the first); more than `errors.max_dropped` of the episodes dropped stops too."""
+    default stops at the first); more than `errors.max_dropped` of the episodes dropped stops too.
+    `finished()` is called as each task's tree is done (a progress bar; not with `lockstep`)."""
+
+    async def one(i: int, task: TaskItem) -> Episode:
+        episode = await expand(system, agents, task, rule, key, i, env, errors)
+        if finished is not None:
+            finished()
+        return episode
+
     if lockstep:
         episodes = await _lockstep(system, agents, tasks, rule, key, env, errors)
     else:
-        episodes = list(await asyncio.gather(*(expand(system, agents, t, rule, key, i, env, errors)
-                                               for i, t in enumerate(tasks))))  # fmt: skip
+        episodes = list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
     errors.check_share(system, episodes)
     return episodes

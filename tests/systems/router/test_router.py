@@ -461,11 +461,11 @@ def test_pool_from_a_list_of_agents(tmp_path):
         "system.pool.agents=[{name: cheap, backend: simulated, ability: 0.5},"
         f" {{name: tape, backend: replay, path: {recorded}, price_in: 0.01}}]"
     )
-    config = load_config(None, ["model.name=tiny", "system.pool.kind=agents", agents])
+    config = load_config("router", ["model.name=tiny", "system.pool.kind=agents", agents])
     pool = build_pool(config.system.pool, items(4))
     assert list(pool) == ["cheap", "tape"]
     reply = asyncio.run(pool["tape"]((Message("user", "What is 2 + 2?"),)))
     assert reply.text == "<answer>4</answer>"
     with pytest.raises(Exception, match="needs ability"):
-        build_pool(load_config(None, ["model.name=tiny", "system.pool.kind=agents",
+        build_pool(load_config("router", ["model.name=tiny", "system.pool.kind=agents",
                                       "system.pool.agents=[{name: x, backend: simulated}]"]).system.pool, None)

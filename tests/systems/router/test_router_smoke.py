@@ -25,7 +25,7 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("config", ["default", "router-single-turn", "router-dual-ascent"])
+@pytest.mark.parametrize("config", ["router", "router-single-turn", "router-dual-ascent"])
 def test_shipped_router_configs_run_two_steps(config, tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["train", config, *SMALL, f"run.dir={run}", baselines(), "system.label_items=12"]
