@@ -11,9 +11,11 @@ import torch
 from masrl.algos.losses import behavior_weights, total_loss
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.rollout.ahead import staleness
+from masrl.rollout.ahead import PINNED_VERSION, RolloutAhead, rollout_version, staleness
 from masrl.types import Call, Episode, Reply, Sample, TaskItem
 from masrl.update import UpdateSettings, behavior_tensor, update_policy
+
+from test_rollout_workers import ray_dir  # noqa: F401 - a fixture: a Ray instance of the test's own
 
 D = torch.float64
 log = math.log
@@ -132,3 +134,76 @@ def test_async_and_remote_settings_are_checked_before_anything_loads():
         load_config("single-arithmetic", ["rollout.max_staleness=-1"])
     cfg = load_config("single-arithmetic", ["rollout.workers=2", "rollout.max_staleness=1", "algo.behavior_cap=2"])
     assert cfg.rollout.max_staleness == 1 and cfg.algo.behavior_cap == 2.0
+
+
+def test_each_step_samples_with_the_version_k_behind_never_before_the_start():
+    # The trainer starts step t from version t - 1; k = 2 puts step t's rollout on version t - 3.
+    assert [rollout_version(t, 2) for t in range(1, 7)] == [0, 0, 0, 1, 2, 3]
+    assert [rollout_version(t, 1) for t in range(1, 5)] == [0, 0, 1, 2]
+    # Resumed from step 5's checkpoint: only version 5 exists, so steps 6..8 take it.
+    assert [rollout_version(t, 2, first=5) for t in range(6, 10)] == [5, 5, 5, 6]
+
+
+def test_rollouts_ahead_run_pinned_to_their_steps_version_and_the_caller_is_not():
+    seen: dict[int, int | None] = {}
+
+    def sample(step: int) -> int:
+        seen[step] = PINNED_VERSION.get()
+        return step
+
+    ahead = RolloutAhead(sample, k=2, last_step=5, first=0)
+    try:
+        assert [ahead.episodes(s)[0] for s in range(1, 6)] == [1, 2, 3, 4, 5]
+    finally:
+        ahead.close()
+    assert seen == {1: 0, 2: 0, 3: 0, 4: 1, 5: 2}
+    assert PINNED_VERSION.get() is None  # a synchronous step and an evaluation take the newest
+
+
+def test_ray_workers_send_the_pinned_version_and_keep_every_version_a_later_pin_may_name():
+    """RayWorkers without Ray: publish and pick the adapters a batch names (no actor is started)."""
+    from masrl.rollout.ray_workers import RayWorkers
+
+    pool = RayWorkers.__new__(RayWorkers)  # the bookkeeping only: __init__ would start Ray
+    pool.version, pool._refs, pool.versions, pool.floor = -1, [], {}, None
+
+    def publish(v):
+        pool._add(v, [f"refs{v}"])  # what publish does after ray.put
+
+    publish(0)
+    assert pool._adapters(None) == (0, ["refs0"])
+    assert pool._adapters(0) == (0, ["refs0"]) and pool.floor == 0
+    publish(1)
+    publish(2)
+    assert sorted(pool.versions) == [0, 1, 2]  # a batch pinned to 0 may still come
+    assert pool._adapters(None) == (2, ["refs2"])  # an evaluation: the newest
+    assert pool._adapters(1) == (1, ["refs1"])
+    publish(3)
+    assert sorted(pool.versions) == [1, 2, 3]
+    with pytest.raises(RuntimeError, match="adapter version 0 is not published"):
+        pool._adapters(0)
+
+
+@pytest.mark.slow  # two runs, each starting Ray: about 30 s
+def test_two_asynchronous_runs_with_one_seed_log_the_same_samples_and_metrics(tiny_config, tmp_path, ray_dir,
+                                                                               one_thread):  # fmt: skip
+    """k = 2, one worker, 5 steps: each step samples with exactly the version its step pins (staleness
+    0, 1, 2, 2, 2 whatever the timing), so a second run with the same seed draws every token again and
+    logs every metric again, timings aside."""
+    from test_rollout_workers import PARITY, TIMING, records, samples
+
+    from masrl.train import train
+
+    args = (*PARITY, "rollout.workers=1", "rollout.max_staleness=2", "trainer.steps=5", "trainer.log_episodes=1000")
+    first = train(tiny_config(*args, f"run.dir={tmp_path / 'first'}"))
+    second = train(tiny_config(*args, f"run.dir={tmp_path / 'second'}"))
+
+    def untimed(record):
+        return {k: v for k, v in record.items() if not any(t in k for t in TIMING)}
+
+    recs = records(first)
+    assert [r["rollout/staleness_max"] for r in recs] == [0, 1, 2, 2, 2]
+    assert [r["rollout/staleness_mean"] for r in recs] == [0, 1, 2, 2, 2]
+    assert samples(first) == samples(second)  # every episode's responses, token for token
+    assert [untimed(r) for r in records(first)] == [untimed(r) for r in records(second)]
+    assert [untimed(r) for r in records(first, "eval")] == [untimed(r) for r in records(second, "eval")]
