@@ -11,7 +11,7 @@ import torch
 from masrl.algos.losses import behavior_metrics, behavior_weights, total_loss
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.rollout.ahead import PINNED_VERSION, RolloutAhead, rollout_version, staleness
+from masrl.rollout.ahead import PINNED, Pin, RolloutAhead, rollout_version, staleness
 from masrl.types import Call, Episode, Reply, Sample, TaskItem
 from masrl.update import UpdateSettings, behavior_tensor, update_policy
 
@@ -257,7 +257,7 @@ def test_rollouts_ahead_run_pinned_to_their_steps_version_and_the_caller_is_not(
     seen: dict[int, int | None] = {}
 
     def sample(step: int) -> int:
-        seen[step] = PINNED_VERSION.get()
+        seen[step] = PINNED.get()
         return step
 
     ahead = RolloutAhead(sample, k=2, last_step=5, first=0)
@@ -265,8 +265,8 @@ def test_rollouts_ahead_run_pinned_to_their_steps_version_and_the_caller_is_not(
         assert [ahead.episodes(s)[0] for s in range(1, 6)] == [1, 2, 3, 4, 5]
     finally:
         ahead.close()
-    assert seen == {1: 0, 2: 0, 3: 0, 4: 1, 5: 2}
-    assert PINNED_VERSION.get() is None  # a synchronous step and an evaluation take the newest
+    assert seen == {1: Pin(1, 0), 2: Pin(2, 0), 3: Pin(3, 0), 4: Pin(4, 1), 5: Pin(5, 2)}
+    assert PINNED.get() is None  # a synchronous step and an evaluation take the newest
 
 
 def test_ray_workers_send_the_pinned_version_and_keep_every_version_a_later_pin_may_name():
@@ -293,17 +293,37 @@ def test_ray_workers_send_the_pinned_version_and_keep_every_version_a_later_pin_
         pool._adapters(0)
 
 
-@pytest.mark.slow  # two runs, each starting Ray: about 30 s
-def test_two_asynchronous_runs_with_one_seed_log_the_same_samples_and_metrics(tiny_config, tmp_path, ray_dir,
-                                                                               one_thread):  # fmt: skip
-    """k = 2, one worker, 5 steps: each step samples with exactly the version its step pins (staleness
-    0, 1, 2, 2, 2 whatever the timing), so a second run with the same seed draws every token again and
-    logs every metric again, timings aside."""
+def test_a_pinned_rollouts_batches_are_seeded_by_run_seed_step_and_batch_number():
+    from masrl.agents.sampling import SamplingParams
+    from masrl.rollout.ray_workers import RayWorkers
+    from masrl.rollout.tree import address_seed
+
+    pool = RayWorkers.__new__(RayWorkers)
+    pool.seed, pool._numbered = 7, {}
+    params = SamplingParams(temperature=1.0)
+    seeds = [pool._seeded(params, Pin(3, 1)).seed for _ in range(2)] + [pool._seeded(params, Pin(4, 1)).seed]
+    assert seeds == [address_seed("7:train:3/batch0"), address_seed("7:train:3/batch1"),
+                     address_seed("7:train:4/batch0")]  # fmt: skip
+    assert pool._seeded(params, None) is params  # synchronous: the worker's own generator
+    greedy = SamplingParams(temperature=0.0)
+    assert pool._seeded(greedy, Pin(4, 1)) is greedy  # nothing to draw
+
+
+@pytest.mark.slow  # two runs, each starting Ray: 15-30 s each
+@pytest.mark.parametrize("workers", [1, 2])
+def test_two_asynchronous_runs_with_one_seed_log_the_same_samples_and_metrics(workers, tiny_config, tmp_path,
+                                                                               ray_dir, one_thread):  # fmt: skip
+    """k = 2, 5 steps: each step samples with exactly the version its step pins (staleness 0, 1, 2, 2, 2
+    whatever the timing) and each batch with its own seed (whichever worker draws it), so a second run
+    with the same seed draws every token again and logs every metric again, timings aside."""
     from test_rollout_workers import PARITY, TIMING, records, samples
 
     from masrl.train import train
 
-    args = (*PARITY, "rollout.workers=1", "rollout.max_staleness=2", "trainer.steps=5", "trainer.log_episodes=1000")
+    # Several workers answer in any order: calls listed in tree order keep the update's sums in one order.
+    order = "arrival" if workers == 1 else "place"
+    args = (*PARITY, f"rollout.workers={workers}", f"rollout.order={order}", "rollout.max_staleness=2",
+            "trainer.steps=5", "trainer.log_episodes=1000")  # fmt: skip
     first = train(tiny_config(*args, f"run.dir={tmp_path / 'first'}"))
     second = train(tiny_config(*args, f"run.dir={tmp_path / 'second'}"))
 

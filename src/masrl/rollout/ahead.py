@@ -13,12 +13,14 @@ steps. That version is always published by the time the rollout is queued
 (step t is queued when step t - k asks for its episodes, after step t - k - 1
 published version t - k - 1), so the thread never waits, and it never uses a
 newer one even when the trainer has published it meanwhile. The remote engines
-read the pin from `PINNED_VERSION` (set on this thread only; a synchronous step
-and an evaluation, which leave it unset, use the newest version). AReaL lets a
-rollout take whatever is newest within the bound; pinning to the bound's edge
-costs no throughput (the thread never waits) and makes the samples a function
-of the seed, so an asynchronous run with one rollout worker is reproducible
-(tests/rollout/test_async.py).
+read the pin from `PINNED` (set on this thread only; a synchronous step and an
+evaluation, which leave it unset, use the newest version); the Ray workers also
+seed each of the step's batches by (run seed, step, batch number), so which
+worker draws a batch does not matter. AReaL lets a rollout take whatever is
+newest within the bound; pinning to the bound's edge costs no throughput (the
+thread never waits) and makes the samples a function of the seed, so
+asynchronous runs on Ray workers are reproducible (tests/rollout/test_async.py;
+docs/scale.md says where that ends).
 """
 
 from __future__ import annotations
@@ -27,15 +29,24 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from masrl.types import Episode
 
 T = TypeVar("T")
 
-# The adapter version every generate batch of this rollout must use; None: the newest published.
+@dataclass(frozen=True)
+class Pin:
+    """What a rollout sampled ahead is bound to: its training step and the adapter version it samples with."""
+
+    step: int
+    version: int
+
+
+# The pin of the rollout running in this context; None: not sampled ahead (the newest version, unseeded).
 # A ContextVar, so asyncio's tasks (each a copy of the context they start in) carry it to the engine.
-PINNED_VERSION: ContextVar[int | None] = ContextVar("masrl_pinned_version", default=None)
+PINNED: ContextVar[Pin | None] = ContextVar("masrl_pinned", default=None)
 
 
 def rollout_version(step: int, k: int, first: int = 0) -> int:
@@ -68,11 +79,11 @@ class RolloutAhead(Generic[T]):
         return self.futures.pop(step).result()
 
     def _pinned(self, step: int) -> tuple[T, float]:
-        token = PINNED_VERSION.set(rollout_version(step, self.k, self.first))
+        token = PINNED.set(Pin(step, rollout_version(step, self.k, self.first)))
         try:
             return timed(self.sample, step)
         finally:
-            PINNED_VERSION.reset(token)
+            PINNED.reset(token)
 
     def settle(self) -> None:
         """Wait until every rollout queued so far has finished (nothing generates afterwards)."""

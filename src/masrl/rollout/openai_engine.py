@@ -35,7 +35,7 @@ import httpx
 import torch
 
 from masrl.agents.sampling import Generation, SamplingParams
-from masrl.rollout.ahead import PINNED_VERSION
+from masrl.rollout.ahead import PINNED
 from masrl.types import AgentError
 
 
@@ -124,8 +124,8 @@ class InferenceServers:
                        policy: str | None) -> list[Generation]:  # fmt: skip
         if policy is None:
             raise AgentError("the remote engine serves trained policies only")
-        pinned = PINNED_VERSION.get()  # a rollout sampled ahead: its step's version (masrl.rollout.ahead)
-        version = self.version if pinned is None else pinned
+        pin = PINNED.get()  # a rollout sampled ahead: its step's version (masrl.rollout.ahead)
+        version = self.version if pin is None else pin.version
         if version not in self.published:
             raise RuntimeError(f"adapter version {version} is not loaded (held: {self.published})")
         body = {
