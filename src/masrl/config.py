@@ -121,8 +121,9 @@ class RolloutConfig(Section):
         "every server sees); default <run.dir>/adapters"
     )
     max_staleness: int = Field(
-        0, ge=0, description="asynchronous rollouts: generate up to k steps ahead of the trainer, correcting stale "
-        "samples with the decoupled PPO objective (algo.behavior_cap); 0 is the synchronous loop"
+        0, ge=0, description="asynchronous rollouts: generate up to k steps ahead of the trainer, each step with "
+        "the adapters exactly k updates behind (fewer in the first k steps), correcting stale samples with the "
+        "decoupled PPO objective (algo.behavior_cap); 0 is the synchronous loop"
     )
     timeout_s: float = Field(600.0, gt=0, description="workers/servers: longest one generate batch may take")
     retries: int = Field(1, ge=0, description="workers/servers: how often a failed batch is sent to another one")

@@ -239,9 +239,10 @@ def _run(engine: Engine, config: Config, run_dir: Path, start: int, signals: Sig
     elif main and eval_due(config, start) and not logged(run_dir / "metrics.jsonl", start, "eval"):
         _log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
-    # thread while this one updates (the workers or servers do the model work).
+    # thread while this one updates (the workers or servers do the model work), step t's with the
+    # adapters of version max(start, t - 1 - k), whatever the trainer has published meanwhile.
     k = config.rollout.max_staleness
-    ahead = RolloutAhead(partial(sample_step, engine), k, config.trainer.steps) if k and main else None
+    ahead = RolloutAhead(partial(sample_step, engine), k, config.trainer.steps, first=start) if k and main else None
     try:
         return _loop(engine, config, run_dir, start, logger, ahead, signals)
     finally:

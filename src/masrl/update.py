@@ -6,7 +6,12 @@ so summing the micro-batch gradients is exactly the full-batch gradient
 (gradient accumulation 4x2 equals 1x8). With one epoch the old log-probs are
 the current ones detached, which makes the clipped surrogate's gradient the
 plain REINFORCE gradient; with more epochs they are computed once up front.
-The KL reference is the same weights with the adapter disabled.
+The KL reference is the same weights with the adapter disabled. Those old
+log-probs are the decoupled objective's proximal policy (asynchronous
+rollouts): every epoch and micro-batch clips against, and reweights by, the
+weights the update started from; with it the step's metrics add the spread of
+the behaviour weights (mean, std, min, max over the batch's tokens) and the
+share truncated at `behavior_cap`.
 
 With several processes (masrl.distributed) each rank runs this on its slice
 of the batch with the whole batch's normaliser; the slices' gradients are
@@ -16,6 +21,7 @@ processes take the step one process would.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,8 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from masrl.agents.policy import PolicyModel
-from masrl.algos.losses import behavior_weights, total_loss
-from masrl.distributed import all_reduce_grads, shard, sum_metrics
+from masrl.algos.losses import behavior_metrics, behavior_weights, total_loss
+from masrl.distributed import all_reduce_grads, rank, shard, sum_metrics
 from masrl.types import Sample
 
 
@@ -100,6 +106,7 @@ def update_policy(
     old = [_logprobs(model, policy, mb, settings, grad=False)[0] for mb in batches] if settings.epochs > 1 else None
 
     sums: dict[str, float] = defaultdict(float)
+    extremes: dict[str, float] = {}  # behavior_weight_min / _max over every micro-batch
     model.model.train()
     try:
         for _ in range(settings.epochs):
@@ -119,6 +126,12 @@ def update_policy(
                     weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high, behavior=behavior,
                 )  # fmt: skip
                 loss.backward()
+                if settings.decoupled:
+                    metrics.update(behavior_metrics(old_logp, behav, mask, settings.behavior_cap))
+                    for k, pick in EXTREMES.items():
+                        if k in metrics:
+                            v = metrics.pop(k)
+                            extremes[k] = pick(extremes.get(k, v), v)
                 # A micro-batch's diagnostics are token means over it: weighted by its share of the
                 # batch's tokens they sum to the batch's token mean, however the batch is cut (or sharded).
                 share = float(mask.sum()) / max(tokens, 1.0)
@@ -131,9 +144,30 @@ def update_policy(
         model.model.eval()
         optimizer.zero_grad(set_to_none=True)
     out = {k: v / settings.epochs for k, v in sum_metrics(sums).items()}
+    if settings.decoupled:
+        out.update(spread(out, extremes))
     out["grad_norm"] = float(grad_norm)
     out["samples"] = float(len(samples))
     out["response_tokens"] = tokens
+    return out
+
+
+EXTREMES = {"behavior_weight_min": min, "behavior_weight_max": max}
+
+
+def spread(means: dict[str, float], extremes: dict[str, float]) -> dict[str, float]:
+    """The behaviour weights' std over the batch's tokens (from the pooled mean square, which it takes out
+    of `means`) and their min and max over every rank's micro-batches."""
+    out: dict[str, float] = {}
+    if "behavior_weight_sq_mean" in means:
+        var = means.pop("behavior_weight_sq_mean") - means["behavior_weight_mean"] ** 2
+        out["behavior_weight_std"] = math.sqrt(max(var, 0.0))
+    # sum_metrics adds values by key: keyed by rank, each rank's extreme arrives alone
+    ranks = sum_metrics({f"{k}@{rank()}": v for k, v in extremes.items()})
+    for k, pick in EXTREMES.items():
+        found = [v for key, v in ranks.items() if key.split("@")[0] == k]
+        if found:
+            out[k] = pick(found)
     return out
 
 

@@ -8,12 +8,14 @@ import math
 import pytest
 import torch
 
-from masrl.algos.losses import behavior_weights, total_loss
+from masrl.algos.losses import behavior_metrics, behavior_weights, total_loss
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.rollout.ahead import staleness
+from masrl.rollout.ahead import PINNED, Pin, RolloutAhead, rollout_version, staleness
 from masrl.types import Call, Episode, Reply, Sample, TaskItem
 from masrl.update import UpdateSettings, behavior_tensor, update_policy
+
+from test_rollout_workers import ray_dir  # noqa: F401 - a fixture: a Ray instance of the test's own
 
 D = torch.float64
 log = math.log
@@ -44,7 +46,7 @@ def test_decoupled_objective_hand_values():
     loss, m = total_loss(logp, prox, None, t([1.0]), mask, 0.0, "token_mean", 2.0, clip_low=0.1, clip_high=0.1,
                          behavior=w)  # fmt: skip
     assert loss.item() == pytest.approx((-2.2 - 0.375) / 2)
-    assert m["behavior_weight_mean"] == pytest.approx(1.25)
+    assert behavior_metrics(prox, behav, mask)["behavior_weight_mean"] == pytest.approx(1.25)
     loss.backward()
     # Only token 2 is unclipped: d/dlogp of -w * exp(logp - prox) / 2 = -0.5 * 0.75 / 2.
     assert logp.grad[0].tolist() == pytest.approx([0.0, -0.1875])
@@ -108,6 +110,115 @@ def test_update_with_stale_samples_scales_the_gradient_by_the_behaviour_weight(o
     assert float((capped - 1.5 * sync).abs().max()) <= 1e-6 * scale
 
 
+def test_the_kl_term_compares_the_current_policy_with_the_reference_and_is_not_reweighted():
+    # pi = 0.6, pi_prox = 0.5, pi_behav = 0.25 (weight 2), ref = 0.3, A = 1, clip 0.3 (1.2 is inside):
+    # surrogate -2 * 1.2 = -2.4; k3(pi || ref) with d = log(0.3 / 0.6): 0.5 - log 0.5 - 1 = 0.193147;
+    # loss -2.4 + 0.1 * 0.193147 (the weight scaling the KL too would give -2.4 + 0.2 * 0.193147).
+    logp = t([[log(0.6)]])
+    prox, behav, ref, mask = t([[log(0.5)]]), t([[log(0.25)]]), t([[log(0.3)]]), t([[1]])
+    w = behavior_weights(prox, behav, mask)
+    loss, m = total_loss(logp, prox, ref, t([1.0]), mask, 0.1, "token_mean", 1.0, clip_low=0.3, clip_high=0.3,
+                         behavior=w)  # fmt: skip
+    assert loss.item() == pytest.approx(-2.4 + 0.1 * (0.5 - log(0.5) - 1.0))
+    assert m["kl"] == pytest.approx(0.5 - log(0.5) - 1.0)
+    assert m["ratio_mean"] == pytest.approx(1.2)  # pi / pi_prox, not pi / pi_behav (2.4)
+
+
+def test_behavior_metrics_hand_values():
+    # Raw weights 0.5/0.25 = 2, 0.2/0.4 = 0.5, 0.9/0.3 = 3 (the masked fourth token is left out).
+    prox = t([[log(0.5), log(0.2)], [log(0.9), log(0.1)]])
+    behav = t([[log(0.25), log(0.4)], [log(0.3), log(0.7)]])
+    mask = t([[1, 1], [1, 0]])
+    m = behavior_metrics(prox, behav, mask)
+    assert m["behavior_weight_mean"] == pytest.approx(5.5 / 3)
+    assert m["behavior_weight_sq_mean"] == pytest.approx((4 + 0.25 + 9) / 3)
+    assert (m["behavior_weight_min"], m["behavior_weight_max"]) == pytest.approx((0.5, 3.0))
+    assert m["behavior_truncated_frac"] == 0.0
+    # A cap of 2.5 truncates only the 3 (2 is not above it); the applied weights are 2, 0.5, 2.5.
+    c = behavior_metrics(prox, behav, mask, cap=2.5)
+    assert c["behavior_weight_mean"] == pytest.approx(5 / 3)
+    assert c["behavior_weight_max"] == pytest.approx(2.5)
+    assert c["behavior_truncated_frac"] == pytest.approx(1 / 3)
+    assert behavior_metrics(prox, behav, torch.zeros_like(mask)) == {}
+
+
+class TableModel:
+    """A stand-in for PolicyModel whose log-prob of response token j after prompt p is a free parameter
+    theta[p][j]: `update_policy`'s algebra with no network in between, so every step is hand-computable."""
+
+    def __init__(self, theta: dict[tuple[int, ...], list[float]]):
+        self.theta = {p: torch.nn.Parameter(t(v)) for p, v in theta.items()}
+        self.model = torch.nn.Module()  # train() / eval()
+
+    def parameters(self, policy):
+        return list(self.theta.values())
+
+    def response_logprobs(self, prompts, responses, policy, temperature=1.0, share_prompts=False):
+        width = max(len(r) for r in responses)
+        rows = [torch.nn.functional.pad(self.theta[tuple(p)][: len(r)], (0, width - len(r)))
+                for p, r in zip(prompts, responses)]  # fmt: skip
+        return torch.stack(rows), t([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
+
+
+def _step(theta, samples, lr, **settings):
+    model = TableModel(theta)
+    opt = torch.optim.SGD(model.parameters("red"), lr=lr)
+    out = update_policy(model, "red", samples, opt, UpdateSettings(max_grad_norm=1e9, decoupled=True, **settings))
+    return {p: v.detach().tolist() for p, v in model.theta.items()}, out
+
+
+def test_every_epoch_clips_against_and_reweights_by_the_weights_the_update_started_from():
+    """One token, A = +1, pi_prox = 0.5 (theta0 = log 0.5), pi_behav = 0.25: weight 2; SGD, 2 epochs.
+
+    Epoch 1: ratio 1, d loss / d theta = -2, theta1 = theta0 + 2 lr. Epoch 2, lr = 0.05: ratio
+    e^0.1 = 1.10517 (inside the clip), weight still pi_prox / pi_behav = 2, gradient -2 e^0.1, so theta2 =
+    theta0 + 0.1 + 0.1 e^0.1. Had the proximal moved to theta1 (ratio 1) theta2 would be theta0 + 0.2; had
+    the weight used the current policy (2 e^0.1) theta0 + 0.1 + 0.1 e^0.2."""
+    theta0 = log(0.5)
+    batch = [Sample("red", (1,), (7,), 1.0, behavior_logprobs=(log(0.25),))]
+    theta, m = _step({(1,): [theta0]}, batch, lr=0.05, epochs=2)
+    assert theta[(1,)][0] == pytest.approx(theta0 + 0.1 + 0.1 * math.exp(0.1), abs=1e-12)
+    assert m["ratio_mean"] == pytest.approx((1 + math.exp(0.1)) / 2)  # pi / pi_prox, averaged over the epochs
+    assert m["clip_frac"] == 0.0
+    assert (m["behavior_weight_mean"], m["behavior_weight_min"], m["behavior_weight_max"]) == pytest.approx((2, 2, 2))
+    assert m["behavior_weight_std"] == pytest.approx(0.0, abs=1e-12)
+    # lr = 0.15: epoch 2's ratio e^0.3 = 1.35 > 1.2 with A > 0 is clipped, so its gradient is 0 (against
+    # pi_behav the ratio would be 2 in epoch 1 already, clipped, and theta would stay; against epoch 1's
+    # end it would be 1 and theta would move on to theta0 + 0.6).
+    theta, m = _step({(1,): [theta0]}, batch, lr=0.15, epochs=2)
+    assert theta[(1,)][0] == pytest.approx(theta0 + 0.3, abs=1e-12)
+    assert m["clip_frac"] == pytest.approx(0.5)  # 0 of 1 token in epoch 1, 1 of 1 in epoch 2
+
+
+@pytest.mark.parametrize("micro_batch", [1, 2])
+def test_truncated_weights_per_token_and_their_metrics_pooled_over_micro_batches(micro_batch):
+    """Two samples (3 tokens), one epoch, token_mean (normaliser 3), SGD lr 1, cap 2.5.
+
+    Raw weights: sample a (A = +1) 0.5/0.25 = 2 and 0.2/0.4 = 0.5; sample b (A = -1) 0.9/0.3 = 3 -> 2.5.
+    With ratio 1 each token's gradient is -w A / 3: a moves by +2/3 and +0.5/3, b by -2.5/3. The
+    metrics are the batch's whatever the micro-batches: mean 5/3, min 0.5, max 2.5, std sqrt(3.5 - 25/9),
+    1 token of 3 truncated."""
+    a0, b0 = [log(0.5), log(0.2)], [log(0.9)]
+    batch = [Sample("red", (1,), (7, 8), 1.0, behavior_logprobs=(log(0.25), log(0.4))),
+             Sample("red", (2,), (9,), -1.0, behavior_logprobs=(log(0.3),))]  # fmt: skip
+    theta, m = _step({(1,): a0, (2,): b0}, batch, lr=1.0, micro_batch=micro_batch, behavior_cap=2.5)
+    assert theta[(1,)] == pytest.approx([a0[0] + 2 / 3, a0[1] + 0.5 / 3], abs=1e-12)
+    assert theta[(2,)] == pytest.approx([b0[0] - 2.5 / 3], abs=1e-12)
+    assert m["behavior_weight_mean"] == pytest.approx(5 / 3)
+    assert (m["behavior_weight_min"], m["behavior_weight_max"]) == pytest.approx((0.5, 2.5))
+    assert m["behavior_weight_std"] == pytest.approx(math.sqrt(3.5 - 25 / 9))
+    assert m["behavior_truncated_frac"] == pytest.approx(1 / 3)
+    assert "behavior_weight_sq_mean" not in m
+
+
+def test_a_synchronous_update_logs_no_behaviour_metrics():
+    batch = [Sample("red", (1,), (7,), 1.0)]
+    model = TableModel({(1,): [log(0.5)]})
+    out = update_policy(model, "red", batch, torch.optim.SGD(model.parameters("red"), lr=0.1), UpdateSettings())
+    assert not [k for k in out if k.startswith("behavior_")]
+    assert {"clip_frac", "ratio_mean", "loss"} <= set(out)
+
+
 def _reply(version):
     return Reply("x", 1, 1, 0.0, prompt_ids=(1,), response_ids=(2,), policy="p", version=version)
 
@@ -132,3 +243,97 @@ def test_async_and_remote_settings_are_checked_before_anything_loads():
         load_config("single-arithmetic", ["rollout.max_staleness=-1"])
     cfg = load_config("single-arithmetic", ["rollout.workers=2", "rollout.max_staleness=1", "algo.behavior_cap=2"])
     assert cfg.rollout.max_staleness == 1 and cfg.algo.behavior_cap == 2.0
+
+
+def test_each_step_samples_with_the_version_k_behind_never_before_the_start():
+    # The trainer starts step t from version t - 1; k = 2 puts step t's rollout on version t - 3.
+    assert [rollout_version(t, 2) for t in range(1, 7)] == [0, 0, 0, 1, 2, 3]
+    assert [rollout_version(t, 1) for t in range(1, 5)] == [0, 0, 1, 2]
+    # Resumed from step 5's checkpoint: only version 5 exists, so steps 6..8 take it.
+    assert [rollout_version(t, 2, first=5) for t in range(6, 10)] == [5, 5, 5, 6]
+
+
+def test_rollouts_ahead_run_pinned_to_their_steps_version_and_the_caller_is_not():
+    seen: dict[int, int | None] = {}
+
+    def sample(step: int) -> int:
+        seen[step] = PINNED.get()
+        return step
+
+    ahead = RolloutAhead(sample, k=2, last_step=5, first=0)
+    try:
+        assert [ahead.episodes(s)[0] for s in range(1, 6)] == [1, 2, 3, 4, 5]
+    finally:
+        ahead.close()
+    assert seen == {1: Pin(1, 0), 2: Pin(2, 0), 3: Pin(3, 0), 4: Pin(4, 1), 5: Pin(5, 2)}
+    assert PINNED.get() is None  # a synchronous step and an evaluation take the newest
+
+
+def test_ray_workers_send_the_pinned_version_and_keep_every_version_a_later_pin_may_name():
+    """RayWorkers without Ray: publish and pick the adapters a batch names (no actor is started)."""
+    from masrl.rollout.ray_workers import RayWorkers
+
+    pool = RayWorkers.__new__(RayWorkers)  # the bookkeeping only: __init__ would start Ray
+    pool.version, pool._refs, pool.versions, pool.floor = -1, [], {}, None
+
+    def publish(v):
+        pool._add(v, [f"refs{v}"])  # what publish does after ray.put
+
+    publish(0)
+    assert pool._adapters(None) == (0, ["refs0"])
+    assert pool._adapters(0) == (0, ["refs0"]) and pool.floor == 0
+    publish(1)
+    publish(2)
+    assert sorted(pool.versions) == [0, 1, 2]  # a batch pinned to 0 may still come
+    assert pool._adapters(None) == (2, ["refs2"])  # an evaluation: the newest
+    assert pool._adapters(1) == (1, ["refs1"])
+    publish(3)
+    assert sorted(pool.versions) == [1, 2, 3]
+    with pytest.raises(RuntimeError, match="adapter version 0 is not published"):
+        pool._adapters(0)
+
+
+def test_a_pinned_rollouts_batches_are_seeded_by_run_seed_step_and_batch_number():
+    from masrl.agents.sampling import SamplingParams
+    from masrl.rollout.ray_workers import RayWorkers
+    from masrl.rollout.tree import address_seed
+
+    pool = RayWorkers.__new__(RayWorkers)
+    pool.seed, pool._numbered = 7, {}
+    params = SamplingParams(temperature=1.0)
+    seeds = [pool._seeded(params, Pin(3, 1)).seed for _ in range(2)] + [pool._seeded(params, Pin(4, 1)).seed]
+    assert seeds == [address_seed("7:train:3/batch0"), address_seed("7:train:3/batch1"),
+                     address_seed("7:train:4/batch0")]  # fmt: skip
+    assert pool._seeded(params, None) is params  # synchronous: the worker's own generator
+    greedy = SamplingParams(temperature=0.0)
+    assert pool._seeded(greedy, Pin(4, 1)) is greedy  # nothing to draw
+
+
+@pytest.mark.slow  # two runs, each starting Ray: 15-30 s each
+@pytest.mark.parametrize("workers", [1, 2])
+def test_two_asynchronous_runs_with_one_seed_log_the_same_samples_and_metrics(workers, tiny_config, tmp_path,
+                                                                               ray_dir, one_thread):  # fmt: skip
+    """k = 2, 5 steps: each step samples with exactly the version its step pins (staleness 0, 1, 2, 2, 2
+    whatever the timing) and each batch with its own seed (whichever worker draws it), so a second run
+    with the same seed draws every token again and logs every metric again, timings aside."""
+    from test_rollout_workers import PARITY, TIMING, records, samples
+
+    from masrl.train import train
+
+    # Several workers answer in any order: calls listed in tree order keep the update's sums in one order.
+    order = "arrival" if workers == 1 else "place"
+    args = (*PARITY, f"rollout.workers={workers}", f"rollout.order={order}", "rollout.max_staleness=2",
+            "trainer.steps=5", "trainer.log_episodes=1000")  # fmt: skip
+    first = train(tiny_config(*args, f"run.dir={tmp_path / 'first'}"))
+    second = train(tiny_config(*args, f"run.dir={tmp_path / 'second'}"))
+
+    def untimed(record):
+        return {k: v for k, v in record.items() if not any(t in k for t in TIMING)}
+
+    recs = records(first)
+    assert [r["rollout/staleness_max"] for r in recs] == [0, 1, 2, 2, 2]
+    assert [r["rollout/staleness_mean"] for r in recs] == [0, 1, 2, 2, 2]
+    assert any(k.endswith("/behavior_weight_std") for k in recs[-1])
+    assert samples(first) == samples(second)  # every episode's responses, token for token
+    assert [untimed(r) for r in records(first)] == [untimed(r) for r in records(second)]
+    assert [untimed(r) for r in records(first, "eval")] == [untimed(r) for r in records(second, "eval")]

@@ -30,7 +30,11 @@ the weights at the start of this update) and each token's term is scaled by
 pi_prox / pi_behav, which moves the expectation from the behaviour policy's
 samples to the proximal policy's. `behavior_cap` truncates that weight
 (truncated importance sampling, IMPALA's rho-bar, Espeholt et al. 2018,
-sec. 4.1), trading a little bias for bounded variance.
+sec. 4.1), trading a little bias for bounded variance. So each term reads one
+policy: the ratio and its clip compare the current weights with the proximal
+ones, the weight compares the proximal with the behaviour policy (the log-probs
+recorded at sampling), and the KL term compares the current weights with the
+reference, unweighted. `behavior_metrics` describes the weights applied.
 """
 
 from __future__ import annotations
@@ -187,6 +191,27 @@ def behavior_weights(
     return torch.where(mask.bool(), w, torch.ones_like(w))
 
 
+def behavior_metrics(
+    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, cap: float | None = None
+) -> dict[str, float]:
+    """The weights `behavior_weights` applies, over this micro-batch's masked tokens: their mean, mean
+    square (the batch's std pools it), min and max; and the share of tokens truncated (pi_prox / pi_behav
+    above `cap`; 0 without one). [B, T] each; {} when no token is masked in. In float64: the weights'
+    spread is often 1e-3 around 1, which a float32 mean of squares would lose."""
+    on = mask.bool()
+    raw = torch.exp(prox_logp.detach().double() - behav_logp.detach().double())[on]  # [N]
+    if raw.numel() == 0:
+        return {}
+    w = raw if cap is None else raw.clamp(max=cap)
+    return {
+        "behavior_weight_mean": w.mean().item(),
+        "behavior_weight_sq_mean": (w * w).mean().item(),
+        "behavior_weight_min": w.min().item(),
+        "behavior_weight_max": w.max().item(),
+        "behavior_truncated_frac": 0.0 if cap is None else (raw > cap).double().mean().item(),
+    }
+
+
 AGGREGATIONS = {
     "token_mean": token_mean,
     "seq_mean": seq_mean,
@@ -211,7 +236,8 @@ def total_loss(
 
     logp, old_logp, ref_logp, mask [B, T]; advantages [B] or [B, T]; weights [B].
     `behavior` [B, T]: the decoupled objective's pi_prox / pi_behav per token
-    (`behavior_weights`), multiplying the surrogate (not the KL term); None for on-policy samples.
+    (`behavior_weights`), multiplying the surrogate (not the KL term); None for on-policy samples
+    (`behavior_metrics` describes it).
     The KL term is skipped entirely (no reference forward needed) when
     kl_coef == 0 or ref_logp is None. Metrics are this micro-batch's, unweighted.
     """
@@ -219,7 +245,6 @@ def total_loss(
     per_token, metrics = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high)
     if behavior is not None:
         per_token = per_token * behavior.detach()
-        metrics["behavior_weight_mean"] = masked_mean(behavior.detach(), mask).item()
     metrics["pg_loss"] = agg(per_token.detach(), mask, weights, normalizer).item()
     if kl_coef != 0.0 and ref_logp is not None:
         kl = kl_k3(logp, ref_logp.detach())  # [B, T]

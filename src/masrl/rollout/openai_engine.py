@@ -35,6 +35,7 @@ import httpx
 import torch
 
 from masrl.agents.sampling import Generation, SamplingParams
+from masrl.rollout.ahead import PINNED
 from masrl.types import AgentError
 
 
@@ -123,7 +124,10 @@ class InferenceServers:
                        policy: str | None) -> list[Generation]:  # fmt: skip
         if policy is None:
             raise AgentError("the remote engine serves trained policies only")
-        version = self.version
+        pin = PINNED.get()  # a rollout sampled ahead: its step's version (masrl.rollout.ahead)
+        version = self.version if pin is None else pin.version
+        if version not in self.published:
+            raise RuntimeError(f"adapter version {version} is not loaded (held: {self.published})")
         body = {
             "model": lora_name(policy, version),
             "prompt": [list(p) for p in prompts],

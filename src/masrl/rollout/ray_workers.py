@@ -11,7 +11,11 @@ adapters into Ray's object store once (`publish`, version = the step whose
 update made them) and every batch it sends names the version current at that
 moment. A worker whose adapters are older loads them from the object store
 before it generates, so a worker that Ray restarted after a crash catches up
-on its first batch, and no broadcast can be missed.
+on its first batch, and no broadcast can be missed. A rollout sampled ahead
+(`rollout.max_staleness`) names the version its step is pinned to
+(masrl.rollout.ahead.PINNED) instead of the newest, so the versions a later
+batch may still name stay in the object store, and its batches are seeded by
+step and batch number instead of drawing from the worker's generator.
 
 Failures: a worker that dies (SIGKILL, out of memory) is restarted by Ray
 (`max_restarts=-1`); the batch it held is sent to another worker
@@ -29,8 +33,10 @@ worker i > 0 is seeded with run.seed + 1000 * i. Checkpoints hold every
 worker's generator (`rng_workers.pt`) and a resumed run gives them back, so a
 synchronous 1-worker run resumes exactly (tested). With several workers the
 batches go to whichever is least busy, so which generator samples which batch
-depends on timing: such runs are not reproducible token for token, resumed or
-not. A worker that Ray restarts starts its generator over from its seed.
+depends on timing: synchronous runs with several workers are not reproducible
+token for token, resumed or not. A worker that Ray restarts starts its
+generator over from its seed. Rollouts sampled ahead seed every batch instead
+(`_seeded`), so the worker that draws it does not matter.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ import torch
 from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.agents.sampling import Generation, SamplingParams
 from masrl.models import load_model
+from masrl.rollout.ahead import PINNED, Pin
+from masrl.rollout.tree import address_seed
 from masrl.types import AgentError
 
 
@@ -124,8 +132,12 @@ class RayWorkers:
         self.retries = retries
         self.busy = [0] * workers  # batches in flight per worker
         self.failures = 0  # batches lost to a dead, restarting or stuck worker (each retried or failed)
-        self.version = -1
-        self._refs: list = []
+        self.version = -1  # the newest published
+        self._refs: list = []  # its adapters: [ObjectRef]
+        self.versions: dict[int, list] = {}  # version -> [ObjectRef], for every version a batch may still name
+        self.floor: int | None = None  # the last pinned version a batch named: later pins are never older
+        self.seed = spec.seed
+        self._numbered: dict[int, int] = {}  # pinned step -> its batches sent so far
         self._probes: dict[int, object] = {}  # worker -> pid() call sent after it failed: it is back once answered
         # Wait until every worker has loaded its model: a cluster without room for them says so here.
         ready = [a.pid.remote() for a in self.actors]
@@ -149,8 +161,16 @@ class RayWorkers:
         """Make `states` (policy -> adapter tensors) the adapters every later batch is generated with."""
         import ray
 
-        self._refs = [ray.put({p: {k: v.detach().cpu() for k, v in s.items()} for p, s in states.items()})]
-        self.version = version
+        self._add(version, [ray.put({p: {k: v.detach().cpu() for k, v in s.items()} for p, s in states.items()})])
+
+    def _add(self, version: int, refs: list) -> None:
+        """Make `refs` the newest adapters, as `version`; drop the versions no later batch can name."""
+        self.version, self._refs = version, refs
+        self.versions[version] = refs
+        # Rollouts run in step order and their pins never go back, so nothing older than the last pin
+        # (or, in a synchronous run, than the newest) is named again.
+        oldest = version if self.floor is None else min(version, self.floor)
+        self.versions = {v: r for v, r in self.versions.items() if v >= oldest}
 
     def rng_states(self) -> list[torch.Tensor]:
         """Each worker's sampling generator, for the checkpoint (between steps: no batch in flight).
@@ -209,6 +229,9 @@ class RayWorkers:
 
         if self.version < 0:
             raise RuntimeError("no adapters published to the rollout workers yet")
+        pin = PINNED.get()
+        version, refs = self._adapters(None if pin is None else pin.version)
+        params = self._seeded(params, pin)
         tried: set[int] = set()
         last = ""
         deadline = time.monotonic() + self.timeout_s
@@ -219,7 +242,7 @@ class RayWorkers:
                 last = f"worker {i}: not back from its restart in {self.timeout_s:.0f} s"
                 break
             self.busy[i] += 1
-            ref = self.actors[i].generate.remote(list(map(list, prompts)), params, policy, self.version, self._refs)
+            ref = self.actors[i].generate.remote(list(map(list, prompts)), params, policy, version, refs)
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.timeout_s)
             except (RayActorError, ActorUnavailableError, GetTimeoutError) as exc:
@@ -232,6 +255,26 @@ class RayWorkers:
             self.failures += 1
             self._probes[i] = self.actors[i].pid.remote()  # skip it until Ray has it back
         raise AgentError(f"rollout workers failed this batch {len(tried)} times; last: {last}")
+
+    def _adapters(self, pinned: int | None) -> tuple[int, list]:
+        """The version a batch is generated with and its adapters: the pinned one, else the newest."""
+        if pinned is None:
+            return self.version, self._refs
+        if pinned not in self.versions:  # a rollout must never fall back to other adapters than its step's
+            raise RuntimeError(f"adapter version {pinned} is not published (held: {sorted(self.versions)})")
+        self.floor = pinned
+        return pinned, self.versions[pinned]
+
+    def _seeded(self, params: SamplingParams, pin: Pin | None) -> SamplingParams:
+        """A pinned rollout's batch draws from a generator of its own, seeded by (run seed, step, batch
+        number), so the worker that happens to be least busy draws what any other would; the same seed
+        again if it is retried. Unpinned batches draw from the worker's generator (what a synchronous
+        1-worker run shares with the in-process one)."""
+        if pin is None or params.greedy or params.seed is not None:
+            return params
+        n = self._numbered.get(pin.step, 0)
+        self._numbered = {pin.step: n + 1}  # rollouts run one step after another: only this one counts
+        return replace(params, seed=address_seed(f"{self.seed}:train:{pin.step}/batch{n}"))
 
     def _pick(self, tried: set[int]) -> int:
         """The least busy worker that is up and not tried yet for this batch (any, once none is)."""
