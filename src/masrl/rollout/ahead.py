@@ -36,6 +36,7 @@ from masrl.types import Episode
 
 T = TypeVar("T")
 
+
 @dataclass(frozen=True)
 class Pin:
     """What a rollout sampled ahead is bound to: its training step and the adapter version it samples with."""
