@@ -11,7 +11,7 @@
   every step after them, for Llama and for Qwen2 (q/k/v biases), with the rows grouped by prompt or
   scattered in groups of unequal size (its shared-prefix attention), and the lean loop through it samples
   what the loop through HF's forward samples;
-- `rollout.engine=lean` trains end to end.
+- `rollout.engine=lean` trains end to end, and `auto` (the default) picks it on CPU.
 """
 
 from __future__ import annotations
@@ -164,6 +164,21 @@ def test_training_with_the_lean_engine(tiny_config, parity_reward):
     run = train(tiny_config("trainer.steps=2", "eval.before=false", "rollout.engine=lean"))
     metrics = [line for line in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in line]
     assert len(metrics) == 2
+
+
+def test_auto_picks_the_lean_engine_on_cpu_and_hf_generate_elsewhere(tiny_config):
+    from masrl.engine import build_engine, in_process_engine
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)  # a device object needs no GPU
+    assert (in_process_engine("auto", cpu), in_process_engine("auto", cuda)) == ("lean", "hf")
+    assert [in_process_engine(e, cuda) for e in ("hf", "lean")] == ["hf", "lean"]  # named: as named
+    engine = build_engine(tiny_config())  # rollout.engine left at its default, auto
+    try:
+        assert engine.config.rollout.engine == "auto"
+        service = engine.agents["solver"].service
+        assert isinstance(service._generate.__self__, LeanEngine)  # the function its batches go to
+    finally:
+        engine.close()
 
 
 def tiny_qwen2():
