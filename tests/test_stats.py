@@ -59,3 +59,22 @@ def test_align_pairs_by_item_id_and_pool_seeds_averages_per_item():
     assert align(["x", "y", "z"], [1, 2, 3], ["z", "x"], [30, 10]) == ([1, 3], [10, 30])
     ids, vals = pool_seeds([["a", "b", "c"], ["b", "a"]], [[1.0, 0.0, 1.0], [1.0, 0.0]])
     assert ids == ["a", "b"] and vals == [0.5, 0.5]  # c: not scored by seed 2, left out
+
+
+def test_before_after_pairs_the_untrained_and_trained_system_by_item():
+    from masrl.compare import before_after
+    from masrl.evaluate import ItemScores
+
+    # Four items: the trained system gets items b and c right, the untrained one only c; the
+    # evaluations list the items in different orders. Every item moves by 0 or +1, so the paired
+    # difference is 1/4 with the one-of-four interval [0, 0.75] (test above); before 1/4, after 2/4.
+    before = [ItemScores("policy", ("a", "b", "c", "d"), {"accuracy": (0.0, 0.0, 1.0, 0.0)})]
+    after = [ItemScores("policy", ("d", "c", "b", "a"), {"accuracy": (0.0, 1.0, 1.0, 0.0)})]
+    r = before_after(before, after, (0, 24))
+    assert (r.before.estimate, r.after.estimate) == (0.25, 0.5)
+    assert (r.difference.estimate, r.difference.low, r.difference.high, r.difference.n) == (0.25, 0.0, 0.75, 4)
+    saved = r.to_json()
+    assert saved["difference"]["low"] == 0.0 and saved["excludes_zero"] is False and saved["steps"] == [0, 24]
+    assert "| trained minus untrained, paired | 0.250 [0.000, 0.750] (holds 0" in r.table()
+    with pytest.raises(ValueError, match="first methods differ"):
+        before_after([ItemScores("controller", ("a",), {"accuracy": (1.0,)})], after, (0, 1))

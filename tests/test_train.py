@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -306,3 +307,20 @@ def test_max_minutes_ends_training_with_a_checkpoint_and_the_final_eval(tiny_con
     lines = read_jsonl(run_dir / "metrics.jsonl")
     assert [(x["step"], x["kind"]) for x in lines] == [(1, "train"), (1, "eval")]
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000001"
+
+
+def test_a_run_evaluated_before_training_ends_with_the_paired_before_after_results(tiny_config, run_dir, capsys):
+    """results.json holds the trained-minus-untrained difference that the two saved evaluations give."""
+    from masrl.compare import before_after
+    from masrl.evaluate import read_eval_items
+
+    train(tiny_config("trainer.steps=1", "eval.size=4"))
+    saved = json.loads((run_dir / "results.json").read_text())
+    evals = run_dir / "evals"
+    want = before_after(read_eval_items(evals / "step-000000.json"), read_eval_items(evals / "step-000001.json"), (0, 1))
+    assert saved == want.to_json() and saved["before"]["items"] == 4 and saved["steps"] == [0, 1]
+    assert "| trained minus untrained, paired |" in capsys.readouterr().out
+    # Without the evaluation before training there is nothing to pair: no results.json.
+    (run_dir / "results.json").unlink()
+    train(tiny_config("trainer.steps=1", "eval.size=4", "eval.before=false", f"run.dir={run_dir}-2"))
+    assert not (Path(f"{run_dir}-2") / "results.json").exists()

@@ -15,6 +15,9 @@ scores are averaged over the seeds (masrl.stats.pool_seeds).
 
 A RUN may also be one saved evaluation file: `masrl compare RUN
 RUN/evals/step-000000.json` is the trained policy against the untrained one.
+
+`before_after` is that comparison as training prints it at the end and saves it in
+RUN_DIR/results.json, for systems evaluated by greedy episodes (the default run's table).
 """
 
 from __future__ import annotations
@@ -138,3 +141,45 @@ def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | 
         return between_runs_text(str(paths[0]), load_evaluated(paths[0]), str(paths[1]), load_evaluated(paths[1]),
                                  metric, method)  # fmt: skip
     raise ValueError(f"compare takes one or two runs, got {len(paths)}")
+
+
+@dataclass(frozen=True)
+class BeforeAfter:
+    """One method's metric before training and after it on the same items, and the paired difference."""
+
+    method: str
+    metric: str
+    steps: tuple[int, int]  # the two evaluations' steps (0 and the last)
+    before: Interval
+    after: Interval
+    difference: Interval  # after - before, paired by item
+
+    def table(self) -> str:
+        d, (s0, s1) = digits(self.metric), self.steps
+        verdict = "excludes 0" if self.difference.excludes_zero() else "holds 0: no resolvable difference"
+        return "\n".join([
+            f"| {self.method}, {self.difference.n} held-out items | {self.metric} [95% CI] |", "|---|---|",
+            f"| untrained (step {s0}) | {self.before.format(d)} |",
+            f"| trained (step {s1}) | {self.after.format(d)} |",
+            f"| trained minus untrained, paired | {self.difference.format(d)} ({verdict}) |",
+        ])  # fmt: skip
+
+    def to_json(self) -> dict:
+        def one(i: Interval) -> dict:
+            return {"estimate": i.estimate, "low": i.low, "high": i.high, "items": i.n, "level": i.level}
+
+        return {"method": self.method, "metric": self.metric, "steps": list(self.steps), "before": one(self.before),
+                "after": one(self.after), "difference": one(self.difference),
+                "excludes_zero": self.difference.excludes_zero()}  # fmt: skip
+
+
+def before_after(before: Sequence[ItemScores], after: Sequence[ItemScores], steps: tuple[int, int],
+                 metric: str = "accuracy") -> BeforeAfter:  # fmt: skip
+    """The system's own method (each evaluation's first) before and after training, paired by item (pure)."""
+    a, b = pool_methods([after])[0], pool_methods([before])[0]
+    if a.method != b.method:
+        raise ValueError(f"the evaluations' first methods differ: {b.method!r} before, {a.method!r} after")
+    _metric_of([a, b], metric)
+    x, y = align(a.ids, a.scores[metric], b.ids, b.scores[metric])
+    return BeforeAfter(a.method, metric, steps, bootstrap_mean(y), bootstrap_mean(x), paired_difference(x, y))
+

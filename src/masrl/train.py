@@ -47,10 +47,11 @@ import torch
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import latest_checkpoint, read_meta
+from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
 from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
-from masrl.evaluate import evaluate_system, write_eval_items
+from masrl.compare import before_after
+from masrl.evaluate import EVALS_DIR, evaluate_system, final_eval_path, read_eval_items, write_eval_items
 from masrl.loading import load_config, validate
 from masrl.resume import checkpoint, restore, restore_newest
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
@@ -310,6 +311,8 @@ def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: Run
         raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run_dir))
     if main:  # evaluation runs once
         _log_eval(engine, logger, last, "after", final=True)
+        if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
+            _report_before_after(run_dir, last)
     return run_dir
 
 
@@ -332,6 +335,17 @@ def _settle(ahead: RolloutAhead | None) -> float:
     t0 = time.perf_counter()
     ahead.settle()
     return time.perf_counter() - t0
+
+
+def _report_before_after(run_dir: Path, last: int) -> None:
+    """The trained system against itself untrained on the same held-out items, with the paired interval:
+    printed, and saved as RUN_DIR/results.json (nothing when the run did not evaluate before step 1)."""
+    first = run_dir / EVALS_DIR / "step-000000.json"
+    if last == 0 or not first.exists():
+        return
+    result = before_after(read_eval_items(first), read_eval_items(final_eval_path(run_dir)), (0, last))
+    atomic_write_json(run_dir / "results.json", result.to_json())
+    tqdm.write(f"\n{result.table()}\n(saved in {run_dir / 'results.json'}; `masrl compare` reads the same files)")
 
 
 def _log_eval(engine: Engine, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
