@@ -5,9 +5,10 @@ reads the problem and the draft and accepts it or asks for a revision, and a rev
 solver's second (and last) try. The episode is scored on the final draft only (1 if right, else 0),
 so the checker earns reward only through what its verdict does to the solver's answer: credit
 has to flow between the agents, which is what the multi-agent algorithms are for. The default
-config (`masrl train`) trains it with MHGPO's heterogeneous groups (arXiv:2506.02718, sec. 3.2:
-each agent's calls grouped across the task's runs, each sample weighted by its agent; the
-credit `descendant_mean` carries the final reward to every call that led to it).
+config (`masrl train`) trains it with MHGPO (arXiv:2506.02718, "Method: MHGPO"): backward reward
+propagation (`descendant_mean` carries the final reward to every call that led to it) and
+heterogeneous group advantage estimation (each agent's calls grouped across the task's runs,
+whose inputs differ after the first call, as its fork-on-first sampling makes them).
 
 The same team is also written as an ordinary program (examples/program-solver-checker), trained
 through the gateway; its prompts and its send-back rule are these, and the tests check that both
@@ -19,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from masrl.systems.api import Built, Step, SystemSection, SystemSpec, Task, Transition
-from masrl.types import Message, Reply, TaskItem
+from masrl.systems.api import Built, Serving, Step, SystemSection, SystemSpec, Task, Transition
+from masrl.types import Episode, Message, Reply, TaskItem
 
 SOLVER = "Compute the result. Reply with the final answer as <answer>NUMBER</answer> and nothing else."
 CHECKER = "You check a draft answer. Reply <verdict>accept</verdict> if it is right, else <verdict>revise</verdict>."
@@ -94,9 +95,16 @@ def build_team(config, task: Task) -> Built:
     return Built(SolverChecker(task), {"solver": "shared", "checker": "shared"})
 
 
+def final_draft(episode: Episode) -> str:
+    """What `masrl serve` answers: the solver's last reply (the episode may end on the checker's verdict)."""
+    drafts = [c.reply.text for c in episode.calls if c.agent == "solver" and c.reply is not None]
+    return drafts[-1] if drafts else ""
+
+
 SYSTEM = SystemSpec(
     kind="team",
     config=TeamConfig,
     build=build_team,
+    serving=Serving(answer=final_draft),
     summary="a solver and a checker who may send the answer back once (the default demo)",
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from masrl.algos.credit import descendant_mean
 from masrl.loading import load_config
 from masrl.registry import build_task
-from masrl.systems.team import SolverChecker, sends_back
+from masrl.systems.team import SolverChecker, final_draft, sends_back
 from masrl.types import Call, Episode, Reply
 
 
@@ -70,3 +70,14 @@ def test_descendant_mean_carries_the_final_answer_back_to_the_checker_and_the_fi
     # Without "final" the outcome would stay on the last call: the team's rewards must name it.
     alone = (*calls[:2], call("0.0.0", "0.0", "solver", rewards={"correct": 1.0}, reward=1.0))
     assert descendant_mean(Episode(None, alone)) == {"0": 0.0, "0.0": 0.0, "0.0.0": 1.0}
+
+
+def test_a_served_request_answers_with_the_solvers_last_draft_not_the_verdict():
+    def call(id, parent, agent, text):
+        return Call(id, parent, agent, agent, 0, (), reply(text))
+
+    accepted = (call("0", None, "solver", "<answer>7</answer>"), call("0.0", "0", "checker", "<verdict>accept</verdict>"))
+    assert final_draft(Episode(None, accepted)) == "<answer>7</answer>"
+    revised = (*accepted[:1], call("0.0", "0", "checker", "<verdict>revise</verdict>"),
+               call("0.0.0", "0.0", "solver", "<answer>8</answer>"))  # fmt: skip
+    assert final_draft(Episode(None, revised)) == "<answer>8</answer>"
