@@ -15,7 +15,7 @@ Method
   an allocator). The result: each peak in GB against the 4 GB target, and the
   seconds each run took.
 
-    python bench/peak_rss.py                          # default, router-champ, budget-grpo
+    python bench/peak_rss.py                          # default, router, router-champ, budget-grpo
     python bench/peak_rss.py --configs default --model tiny   # seconds-long check of the script
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from _util import GB, emit_json, table, warn_if_busy
 
 TARGET_GB = 4.0
-CONFIGS = ("default", "router-champ", "budget-grpo")
+CONFIGS = ("default", "router", "router-champ", "budget-grpo")
 CHAMP_POOL = Path("runs/champ-pool.jsonl")
 
 
