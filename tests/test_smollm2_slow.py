@@ -43,7 +43,7 @@ def test_default_config_trains_the_router_one_step_on_smollm2(tmp_path):
     from masrl.cli import main
 
     run = tmp_path / "run"
-    assert main(["train", f"run.dir={run}", *SMALL, "system.label_items=40"]) == 0
+    assert main(["train", "router", f"run.dir={run}", *SMALL, "system.label_items=40"]) == 0
     train_rows = _train_rows(run)
     assert [r["step"] for r in train_rows] == [1]
     # G=2 actions at every decision, T=3: between 2 and 2^3 leaves per task.

@@ -74,17 +74,19 @@ def _qa_file(path: Path, n: int = 40) -> Path:
 
 
 # ---------------------------------------------------------------- 1. a user's JSONL file
-def test_a_jsonl_file_trains_with_the_default_config_and_no_warning(tmp_path):
-    """The default config's simulated pool finds the file's questions (it failed with `AgentError: sim-weak:
-    simulated agent knows no task item`), and a default run prints no third-party warning."""
+@pytest.mark.parametrize("config", ["default", "router"])
+def test_a_jsonl_file_trains_with_the_default_and_router_configs_and_no_warning(tmp_path, config):
+    """The default config (the team) trains on the file, and so does the router, whose simulated pool finds
+    the file's questions (it failed with `AgentError: sim-weak: simulated agent knows no task item`); a run
+    prints no third-party warning."""
     qa, run = _qa_file(tmp_path / "qa.jsonl"), tmp_path / "run"
-    done = _run("train", "task.kind=jsonl", f"task.path={qa}", f"run.dir={run}", *tiny_run(eval_size=3))
+    done = _run("train", config, "task.kind=jsonl", f"task.path={qa}", f"run.dir={run}", *tiny_run(eval_size=3))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
     rows = _train_rows(run)
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["failed"] == 0 and r["trajectories"] > 0 for r in rows)  # every pool call found its item
-    assert json.loads((run / "evals" / "step-000002.json").read_text())["per_item"]  # the router's evaluation ran
+    assert json.loads((run / "evals" / "step-000002.json").read_text())["per_item"]  # the system's evaluation ran
 
 
 def test_a_config_that_cannot_use_a_jsonl_file_refuses_it_naming_those_that_can(tmp_path):

@@ -51,7 +51,7 @@ def router_run(tmp_path_factory):
 
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("view") / "router"
-    assert main(["train", *ROUTER, f"run.dir={run}"]) == 0
+    assert main(["train", "router", *ROUTER, f"run.dir={run}"]) == 0
     return run
 
 
@@ -137,7 +137,7 @@ def test_samples_record_what_the_trees_need(router_run):
 
 def test_log_episodes_every_keeps_the_first_step_and_every_nth(tmp_path):
     run = tmp_path / "run"
-    argv = ["train", *tiny_run(batch_size=1, eval_size=2), "trainer.steps=3", "trainer.log_episodes=1",
+    argv = ["train", "router", *tiny_run(batch_size=1, eval_size=2), "trainer.steps=3", "trainer.log_episodes=1",
             "trainer.log_episodes_every=2", "eval.before=false", f"run.dir={run}", "system.baselines=[]"]  # fmt: skip
     assert main(argv) == 0
     steps = [json.loads(line)["step"] for line in (run / "samples.jsonl").read_text().splitlines()]
@@ -146,7 +146,7 @@ def test_log_episodes_every_keeps_the_first_step_and_every_nth(tmp_path):
 
 def test_compare_two_runs_and_seeds(tmp_path, capsys):
     base = tmp_path / "r"
-    argv = ["train", *tiny_run(batch_size=1, eval_size=4), "trainer.steps=1", "eval.before=false",
+    argv = ["train", "router", *tiny_run(batch_size=1, eval_size=4), "trainer.steps=1", "eval.before=false",
             "system.baselines=[single]", f"run.dir={base}", "--seeds", "2"]  # fmt: skip
     assert main(argv) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r-seed0", "r-seed1"]

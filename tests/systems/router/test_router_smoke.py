@@ -67,7 +67,7 @@ def test_champ_config_runs_on_a_built_pool(tmp_path, capsys):
 
 def test_eval_of_a_router_run_prints_the_table(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", *SMALL, f"run.dir={run}", "system.baselines=[random]", "eval.before=false"]) == 0
+    assert main(["train", "router", *SMALL, f"run.dir={run}", "system.baselines=[random]", "eval.before=false"]) == 0
     capsys.readouterr()
     assert main(["eval", str(run)]) == 0
     out = capsys.readouterr().out
@@ -77,7 +77,7 @@ def test_eval_of_a_router_run_prints_the_table(tmp_path, capsys):
 
 
 def test_unknown_pool_names_in_caps_are_a_config_error(tmp_path, capsys):
-    argv = ["train", *SMALL, f"run.dir={tmp_path / 'run'}", "system.rho={sim-giant: 0.1}"]
+    argv = ["train", "router", *SMALL, f"run.dir={tmp_path / 'run'}", "system.rho={sim-giant: 0.1}"]
     assert main(argv) == 2
     assert "sim-giant" in capsys.readouterr().err
 
@@ -100,7 +100,7 @@ def test_router_over_real_llm_agents_local_and_http(tmp_path, capsys):
             f" {{name: remote, backend: openai, base_url: '{url}/v1', model: tiny, price_in: 1.0, price_out: 2.0}}]"
         )
         run = tmp_path / "run"
-        argv = ["train", *SMALL, f"run.dir={run}", "system.pool.kind=agents", pool, "system.baselines=[single]",
+        argv = ["train", "router", *SMALL, f"run.dir={run}", "system.pool.kind=agents", pool, "system.baselines=[single]",
                 "system.label_items=4"]
         assert main(argv) == 0
     out = capsys.readouterr().out
