@@ -96,8 +96,9 @@ class RolloutConfig(Section):
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
     engine: Literal["auto", "hf", "lean", "openai"] = Field(
-        "auto", description="auto: lean on CPU in the trainer's process, hf with rollout.workers or on CUDA (where "
-        "the lean engine has not been measured yet, docs/gpu.md); hf: HF generate with the trainer's own model, "
+        "auto", description="auto: lean on CPU in float32 in the trainer's process, hf with rollout.workers, "
+        "with bf16 or on CUDA (where the lean engine has not been measured yet, docs/gpu.md); hf: HF generate "
+        "with the trainer's own model, "
         "the reference (in process, or on "
         "rollout.workers Ray actors); lean: in process, merged adapter weights re-merged after every update, one "
         "prefill per distinct prompt, finished rows leave the batch, Llama-family models through its own decoder "

@@ -305,7 +305,7 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            lean = in_process_engine(r.engine, base.placement.device) == "lean"
+            lean = in_process_engine(r.engine, base.placement) == "lean"
             generate = LeanEngine(base).generate if lean else base.generate  # the in-process engines
             local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
@@ -318,13 +318,14 @@ def build_services(
     return services, remotes
 
 
-def in_process_engine(engine: str, device: torch.device) -> str:
+def in_process_engine(engine: str, place: Placement) -> str:
     """The engine that samples in the trainer's process: `rollout.engine`, with `auto` the lean one on
-    CPU (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate on
-    CUDA, where the lean engine has not been measured (docs/gpu.md)."""
+    CPU in float32 (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate
+    elsewhere: on CUDA the lean engine has not been measured (docs/gpu.md), and its packed float32
+    weights do not run under bf16 autocast (trainer.precision=bf16 on CPU)."""
     if engine != "auto":
         return engine
-    return "lean" if device.type == "cpu" else "hf"
+    return "lean" if place.device.type == "cpu" and place.compute is None else "hf"
 
 
 def start_remote(config: Config, base: PolicyModel, model_name: str, given_model: bool) -> Any:

@@ -62,7 +62,8 @@ def comparable(record):
 
 
 def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_config, tmp_path, ray_dir):
-    local = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'local'}"))
+    # Workers run HF generate, so the in-process run names it too (its default on CPU is the lean engine).
+    local = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'local'}", "rollout.engine=hf"))
     remote = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray'}", "rollout.workers=1"))
     assert len(records(local)) == 3
     assert samples(remote) == samples(local)  # every logged episode's responses, token for token
