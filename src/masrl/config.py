@@ -97,14 +97,13 @@ class RolloutConfig(Section):
     )  # fmt: skip
     engine: Literal["auto", "hf", "lean", "openai"] = Field(
         "auto", description="auto: lean on CPU in float32 in the trainer's process, hf with rollout.workers, "
-        "with bf16 or on CUDA (where the lean engine has not been measured yet, docs/gpu.md); hf: HF generate "
-        "with the trainer's own model, "
-        "the reference (in process, or on "
-        "rollout.workers Ray actors); lean: in process, merged adapter weights re-merged after every update, one "
-        "prefill per distinct prompt, finished rows leave the batch, Llama-family models through its own decoder "
-        "over a preallocated KV cache (masrl/rollout/decode.py); openai: the "
-        "OpenAI-compatible inference servers in rollout.servers (`masrl serve --inference`, vLLM, SGLang), which "
-        "load the trained LoRA adapters at runtime (docs/scale.md)"
+        "with bf16 or on CUDA (where the lean engine has not been measured yet, docs/gpu.md); hf: HF generate with the trainer's "
+        "own model, the reference (in process, or on rollout.workers Ray actors); lean: in process, merged "
+        "adapter weights re-merged after every update, one prefill per distinct prompt, finished rows leave "
+        "the batch, Llama-family models through its own decoder over a preallocated KV cache "
+        "(masrl/rollout/decode.py); openai: the OpenAI-compatible inference servers in rollout.servers "
+        "(`masrl serve --inference`, vLLM, SGLang), which load the trained LoRA adapters at runtime "
+        "(docs/scale.md)"
     )
     workers: int = Field(
         0, ge=0, description="Ray actors that generate (each holds the base model and the current adapters); "

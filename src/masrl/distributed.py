@@ -156,15 +156,9 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
 
 def sum_metrics(sums: dict[str, float]) -> dict[str, float]:
     """Per-key sums over ranks (keys missing on a rank count 0), added in rank order."""
-    if world_size() == 1:
-        return dict(sums)
-    import torch.distributed as dist
-
-    parts: list[dict[str, float] | None] = [None] * world_size()
-    dist.all_gather_object(parts, dict(sums))
     out: dict[str, float] = {}
-    for part in parts:
-        for k, v in (part or {}).items():
+    for part in gather(dict(sums)):
+        for k, v in part.items():
             out[k] = out.get(k, 0.0) + v
     return out
 

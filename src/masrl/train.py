@@ -48,9 +48,9 @@ from tqdm import tqdm
 
 from masrl import distributed
 from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
+from masrl.compare import before_after
 from masrl.config import Config, ConfigError
 from masrl.engine import Engine, build_engine, engine_placement
-from masrl.compare import before_after
 from masrl.evaluate import EVALS_DIR, evaluate_system, final_eval_path, read_eval_items, write_eval_items
 from masrl.loading import load_config, validate
 from masrl.resume import checkpoint, restore, restore_newest

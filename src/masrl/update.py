@@ -30,7 +30,7 @@ import torch
 
 from masrl.agents.policy import PolicyModel
 from masrl.algos.losses import behavior_metrics, behavior_weights, total_loss
-from masrl.distributed import all_reduce_grads, rank, shard, sum_metrics
+from masrl.distributed import all_reduce_grads, gather, shard, sum_metrics
 from masrl.types import Sample
 
 
@@ -162,10 +162,9 @@ def spread(means: dict[str, float], extremes: dict[str, float]) -> dict[str, flo
     if "behavior_weight_sq_mean" in means:
         var = means.pop("behavior_weight_sq_mean") - means["behavior_weight_mean"] ** 2
         out["behavior_weight_std"] = math.sqrt(max(var, 0.0))
-    # sum_metrics adds values by key: keyed by rank, each rank's extreme arrives alone
-    ranks = sum_metrics({f"{k}@{rank()}": v for k, v in extremes.items()})
+    per_rank = gather(extremes)
     for k, pick in EXTREMES.items():
-        found = [v for key, v in ranks.items() if key.split("@")[0] == k]
+        found = [part[k] for part in per_rank if k in part]
         if found:
             out[k] = pick(found)
     return out
