@@ -72,6 +72,8 @@ def test_policy_loss_hand_values():
     # k3 of KL(old || new) = ratio - 1 - log ratio
     k15, k05 = 0.5 - math.log(1.5), -0.5 - math.log(0.5)
     assert m["approx_kl"] == pytest.approx((k15 + k05) / 2)
+    # -log pi of the sampled tokens: 1 - log 1.5 and 1 - log 0.5 in both rows
+    assert m["neg_logp"] == pytest.approx(1 - (math.log(1.5) + math.log(0.5)) / 2)
 
 
 def test_policy_loss_metrics_are_masked():

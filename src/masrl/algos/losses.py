@@ -119,7 +119,9 @@ def policy_loss(
 
     Returns the per-token loss [B, T] (not masked: aggregation masks) and
     masked metrics: clip_frac (tokens whose clipped branch is active), ratio
-    mean, and approx_kl = k3 estimate of KL(old || new) on the sampled tokens.
+    mean, approx_kl = k3 estimate of KL(old || new) on the sampled tokens, and
+    neg_logp = the mean of -log pi(token) over them: on-policy, a sample estimate
+    of the policy's entropy on the trained samples (collapse shows as it falling to 0).
     """
     adv = advantages.detach().to(logp.dtype)
     if adv.dim() == 1:
@@ -138,6 +140,7 @@ def policy_loss(
             "clip_frac": masked_mean(is_clipped.to(logp.dtype), mask).item(),
             "ratio_mean": masked_mean(ratio, mask).item(),
             "approx_kl": masked_mean(kl_k3(old_logp.detach(), logp.detach()), mask).item(),
+            "neg_logp": masked_mean(-logp.detach(), mask).item(),
         }
     return per_token, metrics
 
