@@ -96,9 +96,9 @@ class RolloutConfig(Section):
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
     engine: Literal["auto", "hf", "lean", "openai"] = Field(
-        "auto", description="auto: lean on CPU in float32 in the trainer's process, hf with rollout.workers, "
-        "with bf16 or on CUDA (where the lean engine has not been measured yet, docs/gpu.md); hf: HF generate with the trainer's "
-        "own model, the reference (in process, or on rollout.workers Ray actors); lean: in process, merged "
+        "auto", description="auto: lean on CPU in float32, hf with bf16 or on CUDA (where the lean engine has not "
+        "been measured yet, docs/gpu.md), in the trainer's process or on each of rollout.workers' Ray actors; hf: HF "
+        "generate, the reference; lean: merged "
         "adapter weights re-merged after every update, one prefill per distinct prompt, finished rows leave "
         "the batch, Llama-family models through its own decoder over a preallocated KV cache "
         "(masrl/rollout/decode.py); openai: the OpenAI-compatible inference servers in rollout.servers "

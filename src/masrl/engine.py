@@ -305,7 +305,7 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            lean = in_process_engine(r.engine, base.placement) == "lean"
+            lean = sampling_engine(r.engine, base.placement) == "lean"
             generate = LeanEngine(base).generate if lean else base.generate  # the in-process engines
             local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
@@ -318,9 +318,9 @@ def build_services(
     return services, remotes
 
 
-def in_process_engine(engine: str, place: Placement) -> str:
-    """The engine that samples in the trainer's process: `rollout.engine`, with `auto` the lean one on
-    CPU in float32 (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate
+def sampling_engine(engine: str, place: Placement) -> str:
+    """The engine that samples, in the trainer's process or in each Ray worker (which holds the trainer's
+    placement): `rollout.engine`, with `auto` the lean one on CPU in float32 (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate
     elsewhere: on CUDA the lean engine has not been measured (docs/gpu.md), and its packed float32
     weights do not run under bf16 autocast (trainer.precision=bf16 on CPU)."""
     if engine != "auto":
@@ -340,6 +340,6 @@ def start_remote(config: Config, base: PolicyModel, model_name: str, given_model
                           "(a model object cannot be sent to them)")  # fmt: skip
     spec = WorkerSpec(model_name, base.policies, base.lora, config.run.seed,
                       str(base.placement.weights).removeprefix("torch."), r.worker_threads,
-                      logprobs=r.max_staleness > 0)  # fmt: skip
+                      logprobs=r.max_staleness > 0, engine=sampling_engine(r.engine, base.placement))  # fmt: skip
     return RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
                       timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip

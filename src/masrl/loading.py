@@ -169,9 +169,6 @@ def _check_rollout(config: Config) -> None:
         raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
     if r.workers and importlib.util.find_spec("ray") is None:
         raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
-    if r.engine == "lean" and r.workers:
-        raise ValueError("rollout.engine 'lean' generates in the trainer's process; rollout.workers generate with "
-                         "HF generate (engine 'hf'): set one of them")  # fmt: skip
     if r.max_staleness and r.engine != "openai" and not r.workers:
         raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
                          "rollout.workers > 0 or rollout.engine 'openai'")  # fmt: skip

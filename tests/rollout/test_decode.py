@@ -167,15 +167,15 @@ def test_training_with_the_lean_engine(tiny_config, parity_reward):
 
 
 def test_auto_picks_the_lean_engine_on_cpu_in_float32_and_hf_generate_elsewhere(tiny_config):
-    from masrl.engine import build_engine, in_process_engine
+    from masrl.engine import build_engine, sampling_engine
 
     from masrl.device import Placement
 
     cpu = Placement()  # float32
     cpu_bf16 = Placement(torch.device("cpu"), torch.float32, torch.bfloat16)
     cuda = Placement(torch.device("cuda", 0), torch.bfloat16, torch.bfloat16)  # a device object needs no GPU
-    assert [in_process_engine("auto", p) for p in (cpu, cpu_bf16, cuda)] == ["lean", "hf", "hf"]
-    assert [in_process_engine(e, cuda) for e in ("hf", "lean")] == ["hf", "lean"]  # named: as named
+    assert [sampling_engine("auto", p) for p in (cpu, cpu_bf16, cuda)] == ["lean", "hf", "hf"]
+    assert [sampling_engine(e, cuda) for e in ("hf", "lean")] == ["hf", "lean"]  # named: as named
     engine = build_engine(tiny_config())  # rollout.engine left at its default, auto
     try:
         assert engine.config.rollout.engine == "auto"

@@ -61,10 +61,10 @@ def comparable(record):
     return {k: v for k, v in record.items() if not any(t in k for t in TIMING) and not k.startswith("rollout/")}
 
 
-def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_config, tmp_path, ray_dir):
-    # Workers run HF generate, so the in-process run names it too (its default on CPU is the lean engine).
-    local = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'local'}", "rollout.engine=hf"))
-    remote = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray'}", "rollout.workers=1"))
+@pytest.mark.parametrize("engine", ["auto", "hf"])  # auto: the lean engine, in process and in the worker
+def test_one_synchronous_worker_gives_the_in_process_samples_and_metrics(tiny_config, tmp_path, ray_dir, engine):
+    local = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'local'}", f"rollout.engine={engine}"))
+    remote = train(tiny_config(*PARITY, f"run.dir={tmp_path / 'ray'}", "rollout.workers=1", f"rollout.engine={engine}"))
     assert len(records(local)) == 3
     assert samples(remote) == samples(local)  # every logged episode's responses, token for token
     for a, b in zip(records(local), records(remote)):

@@ -1,7 +1,8 @@
 """Rollout workers as Ray actors (`rollout.workers: N`).
 
 Each worker holds its own copy of the base model with one LoRA adapter per
-policy and answers `generate` batches; the trainer's `GenerationService`
+policy and answers `generate` batches with the engine the trainer would use in
+process (`rollout.engine`: `auto` is the lean one on CPU in float32); the trainer's `GenerationService`
 keeps cutting batches as in process and hands one to each free worker
 (`slots = N`). Episodes themselves (the system's state machine, rewards,
 frozen agents) stay in the trainer's event loop: only the model work moves.
@@ -55,6 +56,7 @@ from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.agents.sampling import Generation, SamplingParams
 from masrl.models import load_model
 from masrl.rollout.ahead import PINNED, Pin
+from masrl.rollout.decode import LeanEngine
 from masrl.rollout.tree import address_seed
 from masrl.types import AgentError
 
@@ -70,6 +72,7 @@ class WorkerSpec:
     dtype: str  # "float32" | "bfloat16" | ...
     threads: int
     logprobs: bool  # return the behaviour log-probs of every sampled token (asynchronous training)
+    engine: str = "hf"  # "hf": PolicyModel.generate; "lean": LeanEngine (masrl.rollout.decode), as in process
 
 
 class RolloutWorker:
@@ -79,6 +82,8 @@ class RolloutWorker:
         torch.set_num_threads(spec.threads)
         loaded = load_model(spec.model, seed=spec.seed, dtype=getattr(torch, spec.dtype))
         self.model = PolicyModel(loaded, spec.policies, spec.lora, keep_reference=False)
+        # The lean engine re-merges an adapter when its tensors change (load_state_dict copies in place).
+        self.sample = LeanEngine(self.model).generate if spec.engine == "lean" else self.model.generate
         self.spec = spec
         self.version = -1  # nothing loaded yet: the first batch names a version
         if rng_state is not None and index == 0:
@@ -114,7 +119,7 @@ class RolloutWorker:
             # as the trainer's loss computes them): a second forward over the batch to score it would
             # cost as much as the generation again (bench/rollout_scale.py).
             params = replace(params, logprobs=True)
-        return [replace(g, version=version) for g in self.model.generate(prompts, params, policy)]
+        return [replace(g, version=version) for g in self.sample(prompts, params, policy)]
 
 
 class RayWorkers:
