@@ -199,3 +199,26 @@ def test_each_systems_views_render_in_the_browser(config, tmp_path):
     assert console == []
     assert dom.count('class="plot-container plotly"') == path.read_text().count("Plotly.newPlot(")
     assert title in dom and "[95% CI]" in dom
+
+
+def test_compare_reads_the_evaluation_after_a_given_step(tmp_path, capsys):
+    from masrl.evaluate import ItemScores, SystemEval, write_eval_items
+
+    def saved(run: str, step: int, correct: list[float]) -> None:
+        ids = tuple(f"q{i}" for i in range(len(correct)))
+        write_eval_items(tmp_path / run, step, SystemEval({}, "", per_item=[ItemScores("policy", ids, {"accuracy": tuple(correct)})]))
+
+    for seed in (0, 1):  # two seeds each: `--step` reads the same step in every seed run
+        saved(f"a-seed{seed}", 6, [1, 0, 1, 0])
+        saved(f"a-seed{seed}", 12, [1, 1, 1, 1])
+        saved(f"b-seed{seed}", 6, [1, 0, 1, 0])
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert main(["compare", a, b, "--step", "6"]) == 0  # equal steps: the same answers, difference 0 exactly
+    out = capsys.readouterr().out
+    assert f"({a} (step 6): policy) - ({b} (step 6): policy), accuracy, 4 common items: 0.000 [0.000, 0.000]" in out
+    assert main(["compare", a, b, "--step", "12", "--step", "6"]) == 0  # A after 12 steps against B after 6
+    assert "4 common items: 0.500 [" in capsys.readouterr().out  # items q1, q3 gained: (0 + 1 + 0 + 1) / 4
+    assert main(["compare", a, b, "--step", "18"]) == 1  # a step with no saved evaluation: which steps have one
+    assert "has no evaluation after step 18 (saved after steps: [6, 12])" in capsys.readouterr().err
+    assert main(["compare", a, b, "--step", "6", "--step", "6", "--step", "6"]) == 1
+    assert "give one --step for every run or one for all: 3 for 2 runs" in capsys.readouterr().err

@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="one run (its methods against each other) or two (A - B); a prefix of seed runs pools them")
     c.add_argument("--metric", default="accuracy", help="a per-item metric of the evaluation (default: accuracy)")
     c.add_argument("--method", help="with two runs: the method to compare (default: each run's first)")
+    c.add_argument("--step", type=int, action="append", default=[], metavar="N",
+                   help="read the evaluation after step N (eval.every) instead of the final one; "
+                        "give it twice for A's and B's steps")  # fmt: skip
 
     v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")
     v.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or prefixes of seed runs), overlaid")
@@ -271,7 +274,7 @@ def _eval(args) -> int:
 
 def _compare(args) -> int:
     try:
-        print(compare_runs([Path(r) for r in args.runs], args.metric, args.method))
+        print(compare_runs([Path(r) for r in args.runs], args.metric, args.method, args.step))
     except (FileNotFoundError, ValueError) as exc:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1

@@ -12,6 +12,8 @@ scores are averaged over the seeds (masrl.stats.pool_seeds).
   first: the trained policy) against each other method on the same items.
 - `masrl compare RUN_A RUN_B`: the two runs' methods side by side and the
   paired difference A - B of one method (default: each run's first).
+- `--step N` reads the evaluation after step N (`eval.every`) instead of the
+  final one; `--step N --step M` reads A's after N and B's after M.
 
 A RUN may also be one saved evaluation file: `masrl compare RUN
 RUN/evals/step-000000.json` is the trained policy against the untrained one.
@@ -51,13 +53,14 @@ class Evaluated:
     seed_means: dict[str, list[float]]  # metric -> one mean per seed (the seeds' spread)
 
 
-def load_evaluated(path: Path) -> list[Evaluated]:
-    """The methods of a run's (or a seed group's) final evaluation, in the evaluation's order; a path to
-    one saved evaluation file (RUN/evals/step-000000.json: the untrained policy) reads that one."""
+def load_evaluated(path: Path, step: int | None = None) -> list[Evaluated]:
+    """The methods of a run's (or a seed group's) final evaluation, or the one after `step` in every run,
+    in the evaluation's order; a path to one saved evaluation file (RUN/evals/step-000000.json: the
+    untrained policy) reads that one."""
     if Path(path).is_file():
         return pool_methods([read_eval_items(Path(path))])
     runs = seed_runs(path)
-    per_run = [read_eval_items(final_eval_path(r)) for r in runs]
+    per_run = [read_eval_items(final_eval_path(r, step)) for r in runs]
     return pool_methods(per_run)
 
 
@@ -134,11 +137,18 @@ def between_runs_text(a_name: str, a: Sequence[Evaluated], b_name: str, b: Seque
     return "\n".join(lines)
 
 
-def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | None = None) -> str:
+def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | None = None,
+                 steps: Sequence[int | None] = ()) -> str:  # fmt: skip
+    """`steps`: the evaluation after which step each path's runs are read (one for all, or one per path;
+    none: the final ones), e.g. two runs at equal steps, or at the steps each reached in equal time."""
+    if len(steps) > 1 and len(steps) != len(paths):
+        raise ValueError(f"give one --step for every run or one for all: {len(steps)} for {len(paths)} runs")
+    at = list(steps) * len(paths) if len(steps) == 1 else list(steps) or [None] * len(paths)
     if len(paths) == 1:
-        return within_run_table(load_evaluated(paths[0]), metric)
+        return within_run_table(load_evaluated(paths[0], at[0]), metric)
     if len(paths) == 2:
-        return between_runs_text(str(paths[0]), load_evaluated(paths[0]), str(paths[1]), load_evaluated(paths[1]),
+        a, b = (f"{p}" + (f" (step {s})" if s is not None else "") for p, s in zip(paths, at))
+        return between_runs_text(a, load_evaluated(paths[0], at[0]), b, load_evaluated(paths[1], at[1]),
                                  metric, method)  # fmt: skip
     raise ValueError(f"compare takes one or two runs, got {len(paths)}")
 

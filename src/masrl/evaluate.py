@@ -176,9 +176,16 @@ def read_eval_items(path: Path) -> list[ItemScores]:
     return [ItemScores.from_json(d) for d in data["per_item"]]
 
 
-def final_eval_path(run_dir: Path) -> Path:
-    """A run's last saved evaluation: the highest step under evals/, else eval.json from `masrl eval`."""
+def final_eval_path(run_dir: Path, step: int | None = None) -> Path:
+    """A run's last saved evaluation: the highest step under evals/, else eval.json from `masrl eval`;
+    with `step`, the evaluation after that step (`eval.every`, 0 = before training)."""
     run_dir = Path(run_dir)
+    if step is not None:
+        path = run_dir / EVALS_DIR / f"step-{step:06d}.json"
+        if not path.exists():
+            saved = sorted(int(p.stem.removeprefix("step-")) for p in (run_dir / EVALS_DIR).glob("step-*.json"))
+            raise FileNotFoundError(f"{run_dir} has no evaluation after step {step} (saved after steps: {saved or 'none'})")
+        return path
     steps = sorted((run_dir / EVALS_DIR).glob("step-*.json"))
     if steps:
         return steps[-1]
