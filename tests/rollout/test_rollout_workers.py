@@ -168,11 +168,15 @@ def test_sigkill_of_a_generating_worker_mid_step_the_step_completes_and_counts_i
         metrics = run_dir / "metrics.jsonl"
         while not killed:
             if metrics.exists() and '"kind": "train"' in metrics.read_text():
-                for proc in psutil.process_iter(["pid", "cmdline"]):
-                    if (proc.info["cmdline"] or [""])[0].startswith("ray::RolloutWorker.generate"):
-                        os.kill(proc.info["pid"], signal.SIGKILL)
-                        killed.append(proc.info["pid"])
-                        return
+                # this run's workers only (Ray's processes descend from this one): never another run's
+                for proc in psutil.Process().children(recursive=True):
+                    try:
+                        if (proc.cmdline() or [""])[0].startswith("ray::RolloutWorker.generate"):
+                            os.kill(proc.pid, signal.SIGKILL)
+                            killed.append(proc.pid)
+                            return
+                    except psutil.NoSuchProcess:
+                        continue
             threading.Event().wait(0.002)
 
     killer = threading.Thread(target=kill_a_generating_worker, daemon=True)
