@@ -4,7 +4,8 @@
 packages (issue 17: "no behaviour changes"); `test_seeded_metrics.py` runs them again and compares. Recorded
 again on 2026-11-27 when `rollout.engine: auto` made the lean engine sample on CPU (with `rollout.engine=hf`
 the router, single-arithmetic and turns-math cases still logged the earlier numbers exactly), with the new
-default config (the team) added and the router's case renamed from `default` to `router`.
+default config (the team) added and the router's case renamed from `default` to `router`; and again the
+same day when the policy loss began logging `neg_logp` (every other number unchanged, compared key by key).
 Record again (only when a change is meant to move the numbers, and say so in the commit) with
 
     .venv/bin/python tests/support/seeded.py --record tests/support/data/seeded_metrics.json
