@@ -78,6 +78,11 @@ def test_score_gives_hand_computed_grpo_advantages_and_drops_zeros():
 
     kept = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.skip_zero_advantage=false"]))
     assert [s.advantage for s in kept.samples["p"]] == pytest.approx([a, -a, -a, a, 0, 0, 0, 0])
+    assert all(s.trained for s in kept.samples["p"])
+    # mean_over: batch keeps the zero-advantage samples for the loss's mean only (update_policy skips their passes)
+    counted = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.mean_over=batch"]))
+    assert [s.advantage for s in counted.samples["p"]] == pytest.approx([a, -a, -a, a, 0, 0, 0, 0])
+    assert [s.trained for s in counted.samples["p"]] == [True] * 4 + [False] * 4
 
 
 def test_score_groups_by_role_and_turn_and_batches_by_policy():

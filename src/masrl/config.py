@@ -184,6 +184,13 @@ class AlgoConfig(Section):
     lam: float = Field(1.0, ge=0.0, le=1.0, description="gae: GAE lambda (1 = Monte-Carlo return minus V)")
     epochs: int = Field(1, ge=1, description="update epochs over each batch (1 = on-policy)")
     skip_zero_advantage: bool = Field(True, description="leave samples with advantage 0 out of the update")
+    mean_over: Literal["trained", "batch"] = Field(
+        "trained", description="what the loss's mean (aggregation) runs over. trained: the samples the update "
+        "trains on, so with skip_zero_advantage each weighs more as fewer groups disagree (the update's size "
+        "grows as the policy's entropy collapses); batch: every trainable call of the step, those "
+        "skip_zero_advantage leaves out counted with loss 0: the gradient of skip_zero_advantage=false, "
+        "without its passes over them (docs/scale.md, learning curves)"
+    )
     behavior_cap: float | None = Field(
         None, gt=0.0, description="rollout.max_staleness > 0: truncate the decoupled objective's pi_prox/pi_behav "
         "weight at this value (truncated importance sampling); None: the untruncated weight (AReaL eq. 5)"

@@ -56,11 +56,12 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
     samples: dict[str, list[Sample]] = defaultdict(list)
     roles: dict[str, list[str]] = defaultdict(list)
     for (i, c), a, w in zip(calls, adv.tolist(), weights):
-        if algo.skip_zero_advantage and a == 0.0:
+        skip = algo.skip_zero_advantage and a == 0.0
+        if skip and algo.mean_over == "trained":
             continue
         r = c.reply
         samples[r.policy].append(Sample(r.policy, r.prompt_ids or (), r.response_ids or (), a, w, r.payload,
-                                        behavior_logprobs=r.logprobs, version=r.version))  # fmt: skip
+                                        behavior_logprobs=r.logprobs, version=r.version, trained=not skip))  # fmt: skip
         roles[r.policy].append(c.role)
     if algo.sample_weight == "per_agent":  # MHGPO eq. 6: mean over agents of each agent's per-sample mean
         for policy, batch in samples.items():
@@ -114,11 +115,12 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
         returns[k] = sum(targets[k].returns) / n  # the viewer shows one number per call: the token mean
         target = Sample(CRITIC, r.prompt_ids, r.response_ids, 0.0, returns=targets[k].returns, values=tuple(old[k]))
         samples[CRITIC].append(target)
-        if algo.skip_zero_advantage and not any(adv):
+        skip = algo.skip_zero_advantage and not any(adv)
+        if skip and algo.mean_over == "trained":
             continue
         w = sample_weight(episodes[i], algo.sample_weight)
         samples[r.policy].append(Sample(r.policy, r.prompt_ids, r.response_ids, adv, w,
-                                        behavior_logprobs=r.logprobs, version=r.version))  # fmt: skip
+                                        behavior_logprobs=r.logprobs, version=r.version, trained=not skip))  # fmt: skip
     residual = (flat_ret - flat_val).var(unbiased=False)
     metrics = {
         "return_mean": float(flat_ret.mean()),

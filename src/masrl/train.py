@@ -446,7 +446,7 @@ def machine_metrics(episodes: Sequence[Episode], scored: Scored, t_sample: float
                     t_generate: float) -> dict[str, float]:  # fmt: skip
     """Measurements of the machine, not of the run: peak memory, the step's seconds, tokens per second."""
     gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
-    upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss)
+    upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss if s.trained)
     return dict(
         rss_gb=peak_rss_gb(),
         sample_seconds=t_sample,

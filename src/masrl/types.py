@@ -196,3 +196,6 @@ class Sample:
     values: tuple[float, ...] = ()  # value learners: prediction per response token at scoring time
     behavior_logprobs: tuple[float, ...] | None = None  # log-probs of the policy that sampled it (async rollouts)
     version: int | None = None  # the adapter version that sampled it
+    # False: advantage 0, left out of the forward and backward passes (it adds nothing to the policy
+    # gradient) but counted in the loss's mean (algo.mean_over: batch; masrl.update.update_policy)
+    trained: bool = True

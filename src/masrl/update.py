@@ -96,13 +96,17 @@ def update_policy(
     optimizer: torch.optim.Optimizer,
     settings: UpdateSettings,
 ) -> dict[str, float]:
+    # The loss's mean counts every sample; those with trained=False (advantage 0, algo.mean_over: batch)
+    # only count: their policy-gradient term is 0, so skipping their passes changes nothing else.
+    counted, samples = samples, [s for s in samples if s.trained]
     if not samples:
         return {}
     params = model.parameters(policy)
     mine = shard(samples, key=length)  # this rank's slice
     batches = micro_batches(mine, settings.micro_batch, settings.share_prompts, settings.micro_batch_tokens)
     tokens = float(sum(len(s.response_ids) for s in samples))  # the whole batch's, every rank's slice included
-    normalizer = tokens if settings.aggregation == "token_mean" else float(len(samples))
+    counted_tokens = float(sum(len(s.response_ids) for s in counted))
+    normalizer = counted_tokens if settings.aggregation == "token_mean" else float(len(counted))
     old = [_logprobs(model, policy, mb, settings, grad=False)[0] for mb in batches] if settings.epochs > 1 else None
 
     sums: dict[str, float] = defaultdict(float)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import string
+from dataclasses import replace
 
 import pytest
 import torch
@@ -226,6 +227,35 @@ def test_one_epoch_gradient_is_exact_reinforce(aggregation):
     for got, want in zip(opt.grads, expected):
         # The engine's log-softmax runs in float32 (token_logprobs), ours in float64.
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean"])
+def test_a_counted_only_sample_keeps_the_mean_over_the_batch(aggregation):
+    """Sample 5 has advantage 0. Marked trained=False (algo.mean_over: batch) it is never forwarded but
+    still counts in the mean: the gradient is the whole batch's. Left out (mean_over: trained, what
+    skip_zero_advantage did alone) the mean runs over the other 7, so the same gradient is larger by
+    N_all / N_rest (tokens: 36 / 34; sequences: 8 / 7)."""
+    pm = make_policy(dtype=torch.float64)
+    perturb_lora_b(pm, "red")
+    samples = make_samples()
+    assert samples[5].advantage == 0.0 and len(samples[5].response_ids) == 2
+    params = pm.parameters("red")
+    grads = {}
+    for name, batch in {
+        "all": samples,
+        "counted": [replace(s, trained=False) if i == 5 else s for i, s in enumerate(samples)],
+        "rest": [s for i, s in enumerate(samples) if i != 5],
+    }.items():
+        opt = RecordingSGD(params, lr=0.0)
+        metrics = update_policy(pm, "red", batch, opt, UpdateSettings(micro_batch=3, aggregation=aggregation,
+                                                                      max_grad_norm=1e9))  # fmt: skip
+        grads[name] = opt.grads
+        assert metrics["samples"] == (8 if name == "all" else 7)  # samples the passes ran over
+    ratio = 36 / 34 if aggregation == "token_mean" else 8 / 7
+    a, c, r = (torch.cat([g.flatten() for g in grads[k]]) for k in ("all", "counted", "rest"))
+    # relative to the gradient's norm (float32 log-softmax, other micro-batch cuts); ratio - 1 is 0.06 or 0.14
+    assert float((c - a).norm() / a.norm()) < 1e-5
+    assert float((r - ratio * a).norm() / a.norm()) < 1e-5
 
 
 # ---------------------------------------------------------------- generation
