@@ -48,7 +48,8 @@ def call(id, reward, policy="p", role="solver", done=True, error=None):
                 reward=reward, done=done, error=error)  # fmt: skip
 
 
-GRPO = ("algo.advantage=grpo", "algo.grouping=task", "algo.credit=tree_q", "algo.gamma=1", "algo.skip_zero_advantage=true")
+GRPO = ("algo.advantage=grpo", "algo.grouping=task", "algo.credit=tree_q", "algo.gamma=1", "algo.skip_zero_advantage=true",
+        "algo.mean_over=trained")
 
 
 def task(i):

@@ -66,7 +66,8 @@ def test_score_routes_each_call_to_its_policy_with_agent_turn_groups():
     only their own calls; all-equal groups carry advantage 0 and are skipped."""
     ep = Episode(TASK, tuple(_call(c.id, c.agent, c.turn, c.reward, policy=c.agent) for c in EP0.calls))
     config = load_config(
-        "single-arithmetic", ["model.name=tiny", "algo.credit=immediate", "algo.grouping=agent_turn", "algo.advantage=grpo"]
+        "single-arithmetic", ["model.name=tiny", "algo.credit=immediate", "algo.grouping=agent_turn", "algo.advantage=grpo",
+                               "algo.mean_over=trained"]
     )
     scored = score([ep], config)
     assert set(scored.samples) == {"tool", "planner"}
