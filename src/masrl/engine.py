@@ -47,7 +47,7 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.registry import build_task, resolve_system
-from masrl.rollout.decode import LeanEngine
+from masrl.rollout.decode import sampler
 from masrl.rollout.openai_engine import InferenceServers
 from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
 from masrl.rollout.service import GenerationService
@@ -305,8 +305,7 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            lean = sampling_engine(r.engine, base.placement) == "lean"
-            generate = LeanEngine(base).generate if lean else base.generate  # the in-process engines
+            generate = sampler(base, sampling_engine(r.engine, base.placement))  # the in-process engines
             local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
             continue

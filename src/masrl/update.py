@@ -97,7 +97,8 @@ def update_policy(
     settings: UpdateSettings,
 ) -> dict[str, float]:
     # The loss's mean counts every sample; those with trained=False (advantage 0, algo.mean_over: batch)
-    # only count: their policy-gradient term is 0, so skipping their passes changes nothing else.
+    # only count: their policy-gradient term is 0, so with kl_coef 0 skipping their passes changes
+    # nothing else (with a KL term theirs is left out, as skip_zero_advantage always did).
     counted, samples = samples, [s for s in samples if s.trained]
     if not samples:
         return {}

@@ -38,7 +38,7 @@ masrl.engine.build_services), so the policy model never imports this engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
@@ -192,6 +192,12 @@ def sample_batch(
         next_pos = next_pos + 1
     gens = [finish_row(tokenizer, r, params) for r in rows]
     return gens, [lp[: len(g.response_ids)] for lp, g in zip(logps, gens)]
+
+
+def sampler(model: PolicyModel, engine: str) -> Callable[..., list[Generation]]:
+    """`model`'s generate for a resolved engine name (masrl.engine.sampling_engine): "lean" samples
+    through a LeanEngine, "hf" through HF generate. The trainer's process and each Ray worker call it."""
+    return LeanEngine(model).generate if engine == "lean" else model.generate
 
 
 class LeanEngine:

@@ -56,7 +56,7 @@ from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.agents.sampling import Generation, SamplingParams
 from masrl.models import load_model
 from masrl.rollout.ahead import PINNED, Pin
-from masrl.rollout.decode import LeanEngine
+from masrl.rollout.decode import sampler
 from masrl.rollout.tree import address_seed
 from masrl.types import AgentError
 
@@ -83,7 +83,7 @@ class RolloutWorker:
         loaded = load_model(spec.model, seed=spec.seed, dtype=getattr(torch, spec.dtype))
         self.model = PolicyModel(loaded, spec.policies, spec.lora, keep_reference=False)
         # The lean engine re-merges an adapter when its tensors change (load_state_dict copies in place).
-        self.sample = LeanEngine(self.model).generate if spec.engine == "lean" else self.model.generate
+        self.sample = sampler(self.model, spec.engine)
         self.spec = spec
         self.version = -1  # nothing loaded yet: the first batch names a version
         if rng_state is not None and index == 0:
