@@ -176,7 +176,7 @@ def test_auto_picks_the_lean_engine_on_cpu_in_float32_and_hf_generate_elsewhere(
     cuda = Placement(torch.device("cuda", 0), torch.bfloat16, torch.bfloat16)  # a device object needs no GPU
     assert [sampling_engine("auto", p) for p in (cpu, cpu_bf16, cuda)] == ["lean", "hf", "hf"]
     assert [sampling_engine(e, cuda) for e in ("hf", "lean")] == ["hf", "lean"]  # named: as named
-    engine = build_engine(tiny_config())  # rollout.engine left at its default, auto
+    engine = build_engine(tiny_config("trainer.device=cpu"))  # rollout.engine left at its default, auto
     try:
         assert engine.config.rollout.engine == "auto"
         service = engine.agents["solver"].service
@@ -208,9 +208,12 @@ def scattered(rows: list[list[int]]) -> list[list[int]]:
     return [rows[i] for i in order]
 
 
+@pytest.mark.parametrize("stepping", ["step", "step_static"])
 @pytest.mark.parametrize("layout", ["grouped", "scattered"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_plain_decoder_equals_hf_forward(arch, layout):
+def test_plain_decoder_equals_hf_forward(arch, layout, stepping):
+    """`step_static` (fixed shapes for a CUDA graph: the whole generated buffer, masked after the step
+    index) computes what `step` computes."""
     model, tok = (load_model("tiny").model.eval(), None) if arch == "llama" else tiny_qwen2()
     assert supported(model)
     decoder = LlamaDecoder(model, fused_weights(model))
@@ -226,12 +229,16 @@ def test_plain_decoder_equals_hf_forward(arch, layout):
         ids[i, p_len - len(p) :], mask[i, p_len - len(p) :] = torch.tensor(p), 1
     new = torch.randint(3, 250, (len(rows), steps), generator=torch.Generator().manual_seed(4))  # [B, steps]
     with torch.no_grad():
-        cache = KVCache(decoder, len(rows), p_len + steps, decoder.embed)
+        static = stepping == "step_static"
+        cache = KVCache(decoder, len(rows), p_len + steps, decoder.embed, static=static)
         got = [decoder.prefill(ids, mask, cache, owner)]
         assert (cache.slots is None) == (layout == "grouped")
         pos = mask.sum(-1)[owner]
         for j in range(steps):
-            got.append(decoder.step(new[:, j], pos + j, cache))
+            if static:  # the step index is a tensor; the buffer holds 2 positions more than are ever written
+                got.append(decoder.step_static(new[:, j], pos + j, torch.tensor([j]), cache))
+            else:
+                got.append(decoder.step(new[:, j], pos + j, cache))
         full_ids = torch.cat([ids[owner], new], 1)
         full_mask = torch.cat([mask[owner], torch.ones_like(new)], 1)
         want = model(input_ids=full_ids, attention_mask=full_mask, position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits
@@ -250,3 +257,50 @@ def test_the_plain_loop_samples_what_the_hf_loop_samples():
     assert plain[0] == hf[0]
     for a, b in zip(plain[1], hf[1]):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-5)
+
+
+def test_the_fixed_shape_loop_samples_what_the_plain_loop_samples():
+    """`GraphForward` (run eagerly here: the CUDA graph is only its replay) keeps finished rows in the
+    batch and ignores them; the rows it returns are the plain loop's, which drops them. Row 0's first
+    token is made the end-of-sequence token so that rows end at different steps."""
+    pm = make_policy()
+    merged = MergedWeights(pm.model)
+    merged.sync("blue")
+    params = SamplingParams(max_new_tokens=10, temperature=0.8, seed=7)
+    free, _ = sample_batch(merged.model, pm.tokenizer, prompts(), params, merged.decoder, graphs=False)
+    pm.tokenizer.eos_token = pm.tokenizer.convert_ids_to_tokens(free[0].response_ids[0])
+    plain = sample_batch(merged.model, pm.tokenizer, prompts(), params, merged.decoder, graphs=False)
+    fixed = sample_batch(merged.model, pm.tokenizer, prompts(), params, merged.decoder, graphs=True)
+    lengths = {len(g.response_ids) for g in plain[0]}
+    assert 1 in lengths and 10 in lengths  # some rows ended at once, others ran to the limit
+    assert fixed[0] == plain[0]
+    for a, b in zip(fixed[1], plain[1]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-5)
+
+
+def test_a_static_cache_keeps_every_row():
+    model = load_model("tiny").model.eval()
+    decoder = LlamaDecoder(model, fused_weights(model))
+    cache = KVCache(decoder, 2, 4, decoder.embed, static=True)
+    cache.start(torch.ones(1, 2, dtype=torch.long), torch.tensor([0, 0]))
+    assert all(k.abs().sum() == 0 for k in cache.keys)  # masked positions must add 0, not garbage
+    with pytest.raises(RuntimeError, match="keeps every row"):
+        cache.keep(torch.tensor([0]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_graphs_sample_what_the_plain_loop_samples():
+    """On CUDA in float32: the decode step replayed as a CUDA graph samples the plain loop's tokens, with its
+    log-probs, and the trainer's log-probs for them agree (docs/gpu.md has the bf16 gaps of bench/gpu.py)."""
+    from masrl.device import placement
+
+    torch.manual_seed(0)
+    pm = PolicyModel(load_model("tiny", seed=0), ["red"], LoraSpec(rank=4, alpha=8), placement=placement("cuda", "fp32"))
+    rows, params = prompts(), SamplingParams(max_new_tokens=10, temperature=0.8, seed=7)
+    plain = LeanEngine(pm, graphs=False).sample(rows, params, "red")
+    graphed = LeanEngine(pm, graphs=True).sample(rows, params, "red")
+    assert graphed[0] == plain[0]
+    trainer, _ = pm.response_logprobs(rows, [g.response_ids for g in graphed[0]], "red", temperature=0.8)
+    for i, (a, b) in enumerate(zip(graphed[1], plain[1])):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-4)
+        torch.testing.assert_close(torch.tensor(a), trainer[i, : len(a)].detach().cpu(), rtol=0, atol=1e-4)

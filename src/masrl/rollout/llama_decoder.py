@@ -243,9 +243,32 @@ class LlamaDecoder:
         cache.generated = t + 1
         return self.logits(x[:, -1])
 
-    def _attend(self, q: torch.Tensor, cache: "KVCache", i: int) -> torch.Tensor:
+    def step_static(self, token: torch.Tensor, pos: torch.Tensor, t: torch.Tensor, cache: "KVCache") -> torch.Tensor:
+        """`step` with every shape fixed for the whole call, as a CUDA graph needs (`decode.GraphForward`):
+        the step index `t` is a [1] tensor, this step's keys are written at it with `index_copy_`, and
+        attention reads the whole generated buffer with the positions after `t` masked to -inf (the
+        buffer starts at zero, so a masked key adds exactly 0). No row leaves the batch: the caller
+        keeps finished rows decoding and ignores what they sample. Same values as `step`, op for op,
+        but for the masked sum."""
+        b = token.shape[0]
+        x = F.embedding(token.unsqueeze(1), self.embed)  # [B, 1, H]
+        rope = Rope(*self.rotary(x, pos.unsqueeze(1)))
+        group = self.heads // self.kv_heads
+        filled = torch.arange(cache.keys[0].shape[2], device=t.device) <= t  # [T_new]: written so far, this step too
+        bias = torch.zeros(filled.shape, dtype=x.dtype, device=x.device).masked_fill_(~filled, float("-inf"))
+        for i, w in enumerate(self.layers):
+            q, k, v = self._qkv(w, x, rope)
+            cache.keys[i].index_copy_(2, t, k)
+            cache.values[i].index_copy_(2, t, v)
+            a = self._attend(q.reshape(b, self.kv_heads, group, self.head_dim), cache, i, bias)
+            x = x + w.o(a.reshape(b, 1, -1))
+            x = self._mlp(w, x)
+        return self.logits(x[:, -1])
+
+    def _attend(self, q: torch.Tensor, cache: "KVCache", i: int, bias: torch.Tensor | None = None) -> torch.Tensor:
         """Layer i's attention of one query per row and head ([B, Hkv, G, D]) over its prompt and
-        what it generated so far: [B, Hkv, G, D].
+        what it generated so far: [B, Hkv, G, D]. Without `bias` it reads the generated buffer's
+        filled positions; with it ([T_new], -inf where not yet written: `step_static`), all of them.
 
         Shared-prefix attention (as Hydragen, Juravsky et al. 2024, sec. 3): the rows of a prompt
         (a GRPO group) read its keys and values once, as one matrix product of all their queries
@@ -262,8 +285,10 @@ class LlamaDecoder:
         scores = scores.view(u, h, s, g, p).transpose(1, 2).reshape(u * s, h, g, p)
         if slots is not None:
             scores = scores.index_select(0, slots)  # [B, Hkv, G, P]
-        n = cache.generated + 1  # this step's key is written
+        n = cache.generated + 1 if bias is None else cache.keys[i].shape[2]  # this step's key is written
         own = torch.matmul(q, cache.keys[i][:, :, :n].transpose(-1, -2)).mul_(self.scale)  # [B, Hkv, G, n]
+        if bias is not None:
+            own = own + bias
         probs = torch.cat([scores, own], -1).softmax(-1)
         prompt = probs[..., :p]
         if slots is not None:
@@ -305,8 +330,9 @@ class KVCache:
     the row's rank among its prompt's rows; S the largest group): `slots` [B] places each row in
     it, None when the rows fill it in order (a GRPO batch as it is laid out, until a row ends)."""
 
-    def __init__(self, decoder: LlamaDecoder, rows: int, max_len: int, like: torch.Tensor):
+    def __init__(self, decoder: LlamaDecoder, rows: int, max_len: int, like: torch.Tensor, static: bool = False):
         self._decoder, self._rows, self._max_len, self._like = decoder, rows, max_len, like
+        self.static = static  # for `step_static`: the generated buffers start at zero and no row leaves
         self.generated = 0
 
     def start(self, mask: torch.Tensor, owner: torch.Tensor) -> None:
@@ -319,8 +345,9 @@ class KVCache:
         bias = like.new_zeros((u, p)).masked_fill_(~mask.bool(), float("-inf"))
         self.prefix_bias = bias[:, None, None, :].expand(u, h, 1, p).reshape(u * h, 1, p)  # as baddbmm adds it
         shape = (self._rows, h, max(self._max_len - p, 0), d)
-        self.keys = [like.new_empty(shape) for _ in dec.layers]
-        self.values = [like.new_empty(shape) for _ in dec.layers]
+        make = like.new_zeros if self.static else like.new_empty  # zeros: masked positions add 0 x 0, never NaN
+        self.keys = [make(shape) for _ in dec.layers]
+        self.values = [make(shape) for _ in dec.layers]
         self._place(owner)
 
     def _place(self, owner: torch.Tensor) -> None:
@@ -337,6 +364,8 @@ class KVCache:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only `rows` ([B'] indices): finished rows leave the batch (their prompt's keys stay)."""
+        if self.static:
+            raise RuntimeError("a static KV cache keeps every row (its buffers are a CUDA graph's inputs)")
         t = self.generated
         self.keys = [_keep(k, rows, t) for k in self.keys]
         self.values = [_keep(v, rows, t) for v in self.values]
