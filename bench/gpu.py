@@ -14,10 +14,25 @@ Method
   (r=16, all seven projections), on `--device` in `--precision` (auto: bf16
   base weights and autocast on CUDA, float32 on CPU; masrl/device.py), SDPA
   attention.
-- Generation: `--batch` random prompts of `--prompt-tokens`, sampled for
-  exactly `--new-tokens` new tokens (`min_new_tokens`) through the adapter,
-  KV cache on; tokens/s = batch x new tokens / seconds (median of `--reps`
-  after a warm-up).
+- Generation, per engine in `--engines` (default all three), the same
+  `--batch` random prompts of `--prompt-tokens`, `--new-tokens` new tokens:
+  - `hf`: HF `generate` through peft, KV cache on, exactly `--new-tokens`
+    (`min_new_tokens`), masrl's reference engine;
+  - `lean`: masrl's lean engine (`LeanEngine`: merged adapter weights,
+    `LlamaDecoder`, a cache allocated at its final length), one kernel
+    launch per op, finished rows leave the batch;
+  - `graphs`: the lean engine with each call's decode step captured once as
+    a CUDA graph and replayed per token (`GraphForward`; on CPU the same
+    fixed-shape step runs eagerly).
+  The lean engines stop a row at the end-of-sequence token (random weights
+  over a 151,936-token vocabulary rarely draw it), so their tokens/s counts
+  the tokens they returned. tokens/s: tokens / seconds, the median of
+  `--reps` after a warm-up; ms/step: seconds / new tokens. For each lean
+  engine, `logprob_gap`: the largest and the mean |difference| between the
+  log-prob it sampled each token with and the one the trainer computes for
+  it (`PolicyModel.response_logprobs`, the update's own forward): what the
+  update's importance ratio would see at its first epoch; for `hf`, from
+  the logits `generate` returns (`output_logits`, in an extra untimed call).
 - Update: masrl's `update_policy` (clipped surrogate, token mean, AdamW step)
   on `--batch` samples of prompt + response random tokens, advantages +-1,
   micro-batch `--micro-batch`; tokens/s = response tokens / seconds.
@@ -113,16 +128,34 @@ def measure(size: str, place, args) -> dict:
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, vocab, (args.batch, args.prompt_tokens), generator=g)
 
-    def generate():
+    def generate(logits: bool = False):
         with torch.no_grad(), pm.use("bench") as model, place.autocast():
             ids = prompts.to(device)
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0,
-                                 max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=1)  # fmt: skip
-        assert out.shape[1] == args.prompt_tokens + args.new_tokens
+                                 max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=1,
+                                 output_logits=logits, return_dict_in_generate=logits)  # fmt: skip
+        if not logits:
+            assert out.shape[1] == args.prompt_tokens + args.new_tokens
+            return None
+        tokens = out.sequences[:, args.prompt_tokens :]  # [B, N]
+        # generate's own logits for each drawn token (temperature 1, no top-k/p: the sampling distribution)
+        logps = torch.stack(out.logits, 1).float().log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return logprob_gap(pm, prompts.tolist(), tokens.tolist(), logps.tolist(), args.micro_batch)
 
-    reset_peak(device)
-    gen_s = timed(generate, device, args.reps)
-    gen_peak = peak_gb(device)
+    engines = {}
+    for engine in args.engines:
+        reset_peak(device)
+        if engine == "hf":
+            seconds, tokens = timed(generate, device, args.reps), args.batch * args.new_tokens
+            gap = generate(logits=True)  # after the timing: keeping every step's logits costs memory and time
+        else:
+            seconds, tokens, gap = lean_generation(pm, prompts, args, graphs=engine == "graphs")
+        engines[engine] = {
+            "tokens_per_s": tokens / seconds,
+            "ms_per_step": 1000 * seconds / args.new_tokens,
+            "peak_gpu_gb": peak_gb(device),
+            "logprob_gap": gap,
+        }
 
     responses = torch.randint(2, vocab, (args.batch, args.new_tokens), generator=g)
     samples = [Sample("bench", tuple(p.tolist()), tuple(r.tolist()), 1.0 if i % 2 else -1.0)
@@ -132,14 +165,46 @@ def measure(size: str, place, args) -> dict:
     reset_peak(device)
     upd_s = timed(lambda: update_policy(pm, "bench", samples, opt, settings), device, args.reps)
     upd_peak = peak_gb(device)
+    first = engines[args.engines[0]]
     return {
         "size": size,
         "params": params,
-        "gen_tokens_per_s": args.batch * args.new_tokens / gen_s,
+        "gen_tokens_per_s": first["tokens_per_s"],  # the first of --engines (hf by default)
         "update_tokens_per_s": args.batch * args.new_tokens / upd_s,
-        "gen_peak_gpu_gb": gen_peak,
+        "gen_peak_gpu_gb": first["peak_gpu_gb"],
         "update_peak_gpu_gb": upd_peak,
+        "engines": engines,
     }
+
+
+def lean_generation(pm, prompts: torch.Tensor, args, graphs: bool) -> tuple[float, int, dict]:
+    """Median seconds of the lean engine's call (after a warm-up that also merges the adapter), the tokens
+    one call returns, and the gap between its sampling log-probs and the trainer's for them."""
+    from masrl.agents.sampling import SamplingParams
+    from masrl.rollout.decode import LeanEngine
+
+    device = pm.placement.device
+    lean = LeanEngine(pm, graphs=graphs)
+    rows = prompts.tolist()
+    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
+    out: list = []
+    seconds = timed(lambda: out.append(lean.sample(rows, params, "bench")), device, args.reps)
+    gens, logps = out[-1]
+    tokens = sum(len(g.response_ids) for g in gens)
+    return seconds, tokens, logprob_gap(pm, rows, [g.response_ids for g in gens], logps, args.micro_batch)
+
+
+def logprob_gap(pm, rows: list, responses: list, sampled: list, micro_batch: int) -> dict:
+    """The largest and the mean |sampling log-prob - the trainer's| over the sampled tokens; the trainer's
+    forward (`PolicyModel.response_logprobs`, what the update computes) a micro-batch at a time."""
+    worst, total, count = 0.0, 0.0, 0
+    for i in range(0, len(rows), micro_batch):
+        with torch.no_grad(), pm.placement.autocast():
+            trainer, _ = pm.response_logprobs(rows[i : i + micro_batch], responses[i : i + micro_batch], "bench")
+        for j, lp in enumerate(sampled[i : i + micro_batch]):
+            diff = (torch.tensor(lp) - trainer[j, : len(lp)].float().cpu()).abs()
+            worst, total, count = max(worst, diff.max().item()), total + diff.sum().item(), count + len(lp)
+    return {"max": worst, "mean": total / count}
 
 
 def train_smoke(device: str, precision: str) -> dict:
@@ -181,7 +246,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--engines", default="hf,lean,graphs", help="generation engines, comma-separated: hf, lean, graphs")
+    p.add_argument("--no-train", action="store_true", help="skip the 2-step tiny run")
     args = p.parse_args(argv)
+    args.engines = args.engines.split(",")
+    if not args.engines or set(args.engines) - {"hf", "lean", "graphs"}:
+        p.error(f"--engines takes hf, lean and graphs, got {','.join(args.engines)!r}")
 
     from masrl.device import placement
 
@@ -195,10 +265,11 @@ def main(argv: list[str] | None = None) -> dict:
         row = measure(size, place, args)  # its model is freed on return
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        print(f"  {size}: {row['params'] / 1e9:.2f}B params, generate {row['gen_tokens_per_s']:.0f} tok/s, "
-              f"update {row['update_tokens_per_s']:.0f} tok/s", file=sys.stderr)  # fmt: skip
+        gen = ", ".join(f"{e} {r['tokens_per_s']:.0f} tok/s ({r['ms_per_step']:.1f} ms/step)" for e, r in row["engines"].items())
+        print(f"  {size}: {row['params'] / 1e9:.2f}B params, generate: {gen}; update {row['update_tokens_per_s']:.0f} tok/s",
+              file=sys.stderr)  # fmt: skip
         models.append(row)
-    smoke = train_smoke(device.type, args.precision)
+    smoke = None if args.no_train else train_smoke(device.type, args.precision)
     result = {
         "device": name,
         "torch": torch.__version__,

@@ -15,6 +15,7 @@
 # Needs no network and no model hub: the checkout's masrl (src/, on PYTHONPATH) and its pure-Python
 # dependencies installed in the running Python, pytest, and the champ-dataset package for router-champ.
 # MASRL_GPU_CHECK_DEVICE=cpu runs the same parts on the CPU with the tiny bench: a dry run of this script.
+# MASRL_GPU_CHECK_PARTS names the parts to run (default: "versions bench tests configs").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python}
@@ -23,11 +24,15 @@ DEVICE=${MASRL_GPU_CHECK_DEVICE:-cuda}
 export PYTHONPATH="$PWD/src:$PWD/tests/support${PYTHONPATH:+:$PYTHONPATH}"
 export RAY_AUTH_MODE=disabled
 mkdir -p "$OUT"
+PARTS=" ${MASRL_GPU_CHECK_PARTS:-versions bench tests configs} "
 failed=()
 
 part() {  # part NAME COMMAND...: run it, keep its output in OUT/NAME.log, remember a failure
   local name=$1
   shift
+  if [[ "$PARTS" != *" $name "* ]]; then
+    return 0
+  fi
   echo "== $name" >&2
   "$@" 2>&1 | tee "$OUT/$name.log" || failed+=("$name")
 }
@@ -79,4 +84,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "masrl: GPU check failed in: ${failed[*]} (logs in $OUT/)" >&2
   exit 1
 fi
-echo "masrl: GPU check passed on $DEVICE; paste the last line of $OUT/bench.log and $OUT/versions.log into docs/gpu.md" >&2
+echo "masrl: GPU check passed on $DEVICE (parts:$PARTS); paste the last line of $OUT/bench.log and $OUT/versions.log into docs/gpu.md" >&2

@@ -109,6 +109,9 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_model(tmp_path):
     lora = 2 * 16 * ((h + h) + (h + kv) + (h + kv) + (h + h) + (h + i) + (h + i) + (i + h))
     assert tiny["params"] == sum(p.numel() for p in model.parameters()) + lora
     assert tiny["gen_tokens_per_s"] > 0 and tiny["update_tokens_per_s"] > 0
+    assert set(tiny["engines"]) == {"hf", "lean", "graphs"}  # graphs: the fixed-shape step, run eagerly on CPU
+    for engine in ("hf", "lean", "graphs"):  # in float32 every engine samples with the trainer's log-probs
+        assert tiny["engines"][engine]["logprob_gap"]["max"] < 1e-4
     assert tiny["gen_peak_gpu_gb"] is None and tiny["update_peak_gpu_gb"] is None  # no GPU: RSS instead
     assert result["train"]["steps"] == 2 and result["train"]["checkpoint"] == "step_000002"
 

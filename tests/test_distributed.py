@@ -68,7 +68,7 @@ def test_bad_multi_process_runs_fail_before_any_process_starts(tiny_config, run_
     (run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
     (run_dir / "checkpoints" / "step_000001" / "meta.json").write_text('{"step": 1}')
     with pytest.raises(ConfigError, match="already holds a run"):  # a new run where one is: an argument to change
-        train(tiny_config("trainer.processes=2"))
+        train(tiny_config("trainer.processes=2", "trainer.device=cpu"))  # cpu: a 1-GPU machine refuses 2 first
 
 
 # ---------------------------------------------------------- one update, 1 vs 2

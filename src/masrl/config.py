@@ -96,11 +96,12 @@ class RolloutConfig(Section):
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
     engine: Literal["auto", "hf", "lean", "openai"] = Field(
-        "auto", description="auto: lean on CPU in float32, hf with bf16 or on CUDA (where the lean engine has not "
-        "been measured yet, docs/gpu.md), in the trainer's process or on each of rollout.workers' Ray actors; hf: HF "
+        "auto", description="auto: lean on CPU in float32, hf with bf16 or on CUDA (where the lean engine's "
+        "speed is measured, its learning not yet, docs/gpu.md), in the trainer's process or on each of rollout.workers' Ray actors; hf: HF "
         "generate, the reference; lean: merged "
         "adapter weights re-merged after every update, one prefill per distinct prompt, finished rows leave "
-        "the batch, Llama-family models through its own decoder over a preallocated KV cache "
+        "the batch (on CUDA each call's decoding step is replayed as a CUDA graph and finished rows stay), "
+        "Llama-family models through its own decoder over a preallocated KV cache "
         "(masrl/rollout/decode.py); openai: the OpenAI-compatible inference servers in rollout.servers "
         "(`masrl serve --inference`, vLLM, SGLang), which load the trained LoRA adapters at runtime "
         "(docs/scale.md)"

@@ -320,8 +320,9 @@ def build_services(
 def sampling_engine(engine: str, place: Placement) -> str:
     """The engine that samples, in the trainer's process or in each Ray worker (which holds the trainer's
     placement): `rollout.engine`, with `auto` the lean one on CPU in float32 (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate
-    elsewhere: on CUDA the lean engine has not been measured (docs/gpu.md), and its packed float32
-    weights do not run under bf16 autocast (trainer.precision=bf16 on CPU)."""
+    elsewhere: on CUDA the lean engine's speed is measured (CUDA graphs, 7-12x HF generate on an H100,
+    docs/gpu.md) but not its learning, and its packed float32 weights do not run under bf16 autocast
+    (trainer.precision=bf16 on CPU)."""
     if engine != "auto":
         return engine
     return "lean" if place.device.type == "cpu" and place.compute is None else "hf"
