@@ -123,6 +123,13 @@ def test_missing_model_directory():
     assert "model.name: model directory" in error_of("model.name=./no/such/model")
 
 
+@pytest.mark.parametrize("other", ["algo.epochs=2", "rollout.max_staleness=1"])
+def test_lora_dropout_is_refused_where_the_loss_compares_two_forward_passes(other):
+    load_config(None, ["model.lora_dropout=0.05"])  # one epoch, synchronous: the ratio's two sides are one pass
+    with pytest.raises(ConfigError, match="model.lora_dropout > 0 with algo.epochs > 1"):
+        load_config(None, ["model.lora_dropout=0.05", other, "rollout.workers=1"])
+
+
 def test_unknown_reward_component():
     assert "reward.weights has unknown components ['speed']" in error_of("reward.weights.speed=1")
 

@@ -33,7 +33,8 @@ class ModelConfig(Section):
     name: str = Field("smollm2", description="'smollm2', 'tiny', a local HF directory, or a hub id")
     lora_rank: int = Field(16, ge=0, description="LoRA rank; 0 means full fine-tuning")
     lora_alpha: int = Field(32, gt=0, description="LoRA scale: the adapter's update is multiplied by alpha / rank")
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the LoRA adapters' input")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the LoRA adapters' input; only with "
+                                 "algo.epochs 1 and rollout.max_staleness 0, where the loss compares one forward pass with itself")
     bases: dict[str, str] = Field(
         default_factory=dict, description="policy -> base model name (as model.name; 'NAME#TAG' is another copy of "
         "NAME); unlisted policies and the gae value model use model.name. Policies on one name share one base "
