@@ -101,17 +101,17 @@ def cross_checks(config: Config) -> None:
     """What no single field can say: raise ValueError at the first section that does not fit the
     chosen system, its task family or another section (the system's own `check` last)."""
     spec = resolve_system(config.system.kind)
-    _check_task(config, spec)
-    _check_sampler(config, spec)
-    _check_rollout(config)
-    if config.algo.advantage == "gae" and config.model.lora_rank == 0:
-        raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
     if config.model.lora_dropout > 0 and (config.algo.epochs > 1 or config.rollout.max_staleness > 0):
         # update.py computes the proximal log-probs without dropout and the current ones with it, and a
         # sampler never drops out: the ratio would carry dropout's noise (not 1 at the first epoch).
         raise ValueError("model.lora_dropout > 0 with algo.epochs > 1 or rollout.max_staleness > 0: the loss's "
                          "ratios compare two policies' log-probs, and dropout in one forward pass but not the "
                          "other makes them differ by its noise alone; set model.lora_dropout=0")  # fmt: skip
+    _check_task(config, spec)
+    _check_sampler(config, spec)
+    _check_rollout(config)
+    if config.algo.advantage == "gae" and config.model.lora_rank == 0:
+        raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
     unknown = set(config.reward.weights) - {"correct", "format"}
     if unknown:
         raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
