@@ -43,6 +43,7 @@ masrl.engine.build_services), so the policy model never imports this engine.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -215,8 +216,6 @@ class GraphForward:
 def _no_autocast_cache():
     """The caller's CUDA autocast with its cast cache off: a graph must not capture a cast that an
     eager call cached (torch's rule for autocast inside `torch.cuda.graph`)."""
-    import contextlib
-
     if not torch.is_autocast_enabled("cuda"):
         return contextlib.nullcontext()
     return torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
