@@ -270,6 +270,21 @@ def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both
                 proc.kill()
 
 
+def test_ray_that_cannot_start_stops_the_run_with_exit_code_3_and_says_why(tiny_overrides, tmp_path, monkeypatch, capsys):
+    """RAY_TMPDIR under a regular file: ray.init fails with its own error, which the run reports in one line."""
+    from masrl.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("RAY_TMPDIR", str(blocker / "ray"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    code = main(["train", *tiny_overrides, *PARITY, f"run.dir={tmp_path / 'run'}", "rollout.workers=1"])
+    err = capsys.readouterr().err
+    assert code == 3  # ExitCode.ENVIRONMENT: the machine's to fix, not a masrl bug
+    assert "masrl: Ray could not start on this machine (NotADirectoryError" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.slow
 def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_dir):
     from masrl.agents.policy import LoraSpec

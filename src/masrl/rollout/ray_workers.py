@@ -58,7 +58,7 @@ from masrl.models import load_model
 from masrl.rollout.ahead import PINNED, Pin
 from masrl.rollout.decode import sampler
 from masrl.rollout.tree import address_seed
-from masrl.types import AgentError
+from masrl.types import AgentError, EnvironmentProblem
 
 
 @dataclass(frozen=True)
@@ -332,10 +332,24 @@ def connect(address: str | None, cpus_needed: float) -> None:
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started = time.perf_counter()
-    if address:
-        ray.init(address=address, namespace="masrl", log_to_driver=False)
-    else:  # the workers may share this machine's cores with the trainer: reserve what they ask for
-        cpus = max(os.cpu_count() or 1, math.ceil(cpus_needed))
-        ray.init(num_cpus=cpus, include_dashboard=False, namespace="masrl", log_to_driver=False)
+    try:
+        if address:
+            ray.init(address=address, namespace="masrl", log_to_driver=False)
+        else:  # the workers may share this machine's cores with the trainer: reserve what they ask for
+            cpus = max(os.cpu_count() or 1, math.ceil(cpus_needed))
+            ray.init(num_cpus=cpus, include_dashboard=False, namespace="masrl", log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001 - Ray raises plain Exception for a node that timed out starting
+        raise EnvironmentProblem(ray_failed(address, exc)) from exc
     print(f"masrl: Ray {'attached to ' + address if address else 'started'} in {time.perf_counter() - started:.1f} s",
           flush=True)  # fmt: skip
+
+
+def ray_failed(address: str | None, exc: BaseException) -> str:
+    """The one-line reason a run stops when Ray cannot start or attach (exit code 3, the machine's to fix)."""
+    reason = (str(exc).strip().splitlines() or [""])[0][:300]
+    if address:
+        return (f"Ray could not attach to ray.address={address} ({type(exc).__name__}: {reason}); check that "
+                f"`ray status --address {address}` answers from this machine, then run the command again")
+    return (f"Ray could not start on this machine ({type(exc).__name__}: {reason}); if other runs were starting "
+            "Ray at the same time (they can time each other out), start them a minute apart, each with its own "
+            "RAY_TMPDIR; then run this command again")
