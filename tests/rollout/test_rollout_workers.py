@@ -285,6 +285,33 @@ def test_ray_that_cannot_start_stops_the_run_with_exit_code_3_and_says_why(tiny_
     assert "Traceback" not in err
 
 
+def test_a_ray_address_nobody_answers_at_fails_in_seconds_with_exit_code_3(tiny_overrides, tmp_path, ray_dir, capsys):
+    """Without the knock on the GCS port, ray.init retries such an address for many minutes, silently."""
+    import socket
+
+    from masrl.cli import main
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["train", *tiny_overrides, *PARITY, f"run.dir={tmp_path / 'run'}", "rollout.workers=1",
+                 f"ray.address=127.0.0.1:{port}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3
+    assert f"masrl: Ray could not attach to ray.address=127.0.0.1:{port} (ConnectionRefusedError" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("10.0.0.5:6379", ("10.0.0.5", 6379)), ("head.cluster:6380", ("head.cluster", 6380)),
+    ("[::1]:6379", ("::1", 6379)), ("auto", None), ("ray://head:10001", None), (":6379", None), ("head:", None),
+])  # fmt: skip
+def test_which_ray_addresses_are_knocked_at(address, expected):
+    from masrl.rollout.ray_workers import host_port
+
+    assert host_port(address) == expected
+
+
 @pytest.mark.slow
 def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_dir):
     from masrl.agents.policy import LoraSpec

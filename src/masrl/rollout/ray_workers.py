@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -332,6 +333,8 @@ def connect(address: str | None, cpus_needed: float) -> None:
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started = time.perf_counter()
+    if address and (head := host_port(address)):
+        knock(*head, address)  # ray.init retries an address nobody answers at for many minutes, silently
     try:
         if address:
             ray.init(address=address, namespace="masrl", log_to_driver=False)
@@ -353,3 +356,19 @@ def ray_failed(address: str | None, exc: BaseException) -> str:
     return (f"Ray could not start on this machine ({type(exc).__name__}: {reason}); if other runs were starting "
             "Ray at the same time (they can time each other out), start them a minute apart, each with its own "
             "RAY_TMPDIR; then run this command again")
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """HOST:PORT of a GCS address, or None for what Ray resolves itself ('auto', ray://...)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "/" in host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def knock(host: str, port: int, address: str, timeout_s: float = 10.0) -> None:
+    """Open and close one TCP connection to the head's GCS port, so a wrong address fails in seconds."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise EnvironmentProblem(ray_failed(address, exc)) from exc
