@@ -126,6 +126,7 @@ def test_a_worker_killed_mid_batch_is_retried_counted_and_restarted_with_the_cur
     try:
         pool.publish(7, {"red": model.state_dict("red")})
         pids = pool.pids()
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids] == [0, 0]  # not Ray's background niceness 15
         prompts = [[5, 6, 7, i] for i in range(32)]
         params = SamplingParams(max_new_tokens=512, temperature=1.0)  # seconds of work: the kill lands mid-batch
 
