@@ -1,6 +1,6 @@
 """A test program: one `solver` call asking for token ids and log-probs; it saves what the client
 received under $RECORD_DIR and reports a reward of its own that always splits a group: the parity of
-its arrival among the runs of the same question (claimed with an exclusive file create), so runs
+its arrival among the runs of the same task (claimed with an exclusive file create), so runs
 0 and 2 of a group score 0 and runs 1 and 3 score 1, and the update has work to do whatever the
 tiny model says. (A reward from the reply's bytes left both groups of a step uniform in about 1 run
 in 64, and the test that needs samples failed on it.)"""
@@ -26,10 +26,10 @@ with open(os.path.join(record, f"{uuid.uuid4().hex}.json"), "w") as f:
     json.dump({"id": body["id"], "prompt_token_ids": body["prompt_token_ids"],
                "token_ids": body["choices"][0]["token_ids"],
                "logprobs": [t["logprob"] for t in body["choices"][0]["logprobs"]["content"]]}, f)
-question = hashlib.sha256(task["question"].encode()).hexdigest()[:16]
-for arrival in itertools.count():  # O_EXCL: exactly one run of this question claims each number
+task_key = hashlib.sha256(task["id"].encode()).hexdigest()[:16]  # ids are unique; question texts may repeat
+for arrival in itertools.count():  # O_EXCL: exactly one run of this task claims each number
     try:
-        os.close(os.open(os.path.join(record, f"{question}-{arrival}.claim"), os.O_CREAT | os.O_EXCL))
+        os.close(os.open(os.path.join(record, f"{task_key}-{arrival}.claim"), os.O_CREAT | os.O_EXCL))
         break
     except FileExistsError:
         continue
