@@ -191,7 +191,9 @@ class AlgoConfig(Section):
         "trains on, so with skip_zero_advantage each weighs more as fewer groups disagree (the update's size "
         "grows as the policy's entropy collapses); batch: every trainable call of the step, those "
         "skip_zero_advantage leaves out counted with loss 0: the gradient of skip_zero_advantage=false "
-        "(with kl_coef 0: their KL terms stay out), without its passes over them (docs/scale.md, learning curves)"
+        "(with kl_coef 0: their KL terms stay out), without its passes over them (docs/scale.md, learning curves). "
+        "Set batch with rollout.max_staleness > 0: the default team at k=1 ended 0.150 below synchronous with "
+        "trained and level with batch (docs/scale.md)"
     )
     behavior_cap: float | None = Field(
         None, gt=0.0, description="rollout.max_staleness > 0: truncate the decoupled objective's pi_prox/pi_behav "
