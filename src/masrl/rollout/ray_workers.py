@@ -333,8 +333,8 @@ def connect(address: str | None, cpus_needed: float) -> None:
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started = time.perf_counter()
-    if address and (head := host_port(address)):
-        knock(*head, address)  # ray.init retries an address nobody answers at for many minutes, silently
+    if address:
+        knock(address)  # ray.init retries an address nobody answers at for many minutes, silently
     try:
         if address:
             ray.init(address=address, namespace="masrl", log_to_driver=False)
@@ -370,9 +370,13 @@ def host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def knock(host: str, port: int, address: str, timeout_s: float = 10.0) -> None:
-    """Open and close one TCP connection to the head's GCS port, so a wrong address fails in seconds."""
+def knock(address: str, timeout_s: float = 10.0) -> None:
+    """Open and close one TCP connection to the head's GCS port, so a wrong address fails in seconds
+    (an address Ray resolves itself, `host_port` None, is left to Ray)."""
+    head = host_port(address)
+    if head is None:
+        return
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        socket.create_connection(head, timeout=timeout_s).close()
     except OSError as exc:
         raise EnvironmentProblem(ray_failed(address, exc)) from exc
