@@ -31,6 +31,7 @@ from _util import emit_json, interleaved, median, table, warn_if_busy
 from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.agents.sampling import SamplingParams
 from masrl.rollout.decode import LeanEngine
+from masrl.rollout.llama_decoder import bf16_supported
 from masrl.models import load_model
 
 POLICY = "policy"
@@ -78,7 +79,11 @@ def main() -> None:
     last: dict[str, list] = {}
 
     lean = LeanEngine(pm)
+    bf16 = LeanEngine(pm, precision="bf16") if bf16_supported() else None
     engines = {"hf": pm.generate, "lean": lean.generate}
+    if bf16 is not None:  # rollout.precision: bf16, on CPUs with AVX-512 BF16
+        engines["lean-bf16"] = bf16.generate
+        produced["lean-bf16"] = 0
 
     def step(engine: str):
         def run() -> None:
@@ -91,18 +96,26 @@ def main() -> None:
 
         return run
 
-    times = interleaved({"hf": step("hf"), "lean": step("lean")}, reps=args.reps)
+    times = interleaved({k: step(k) for k in engines}, reps=args.reps)
     calls = args.reps + 1  # warm-up included in `produced`
     tokens = {k: produced[k] / calls for k in produced}
     med = {k: median(v) for k, v in times.items()}
     tps = {k: tokens[k] / med[k] for k in med}
     ratio = tps["lean"] / tps["hf"]
 
-    # On-policy check on fixed samples: the lean engine's sampling log-probs vs the trainer's.
-    gens, logps = lean.sample(rows, SamplingParams(args.new_tokens, 1.0, 1.0, seed=0), POLICY)
-    with torch.no_grad():
-        trainer, _ = pm.response_logprobs(rows, [x.response_ids for x in gens], POLICY)
-    gap = max(abs(float(trainer[i, j]) - lp) for i, row in enumerate(logps) for j, lp in enumerate(row))
+    # On-policy check on fixed samples: each lean engine's sampling log-probs vs the trainer's (max and
+    # mean |gap| over the tokens), and for bf16 the importance weights pi_trainer / pi_bf16 the update applies.
+    gaps = {}
+    for name, engine in (("lean", lean), ("lean-bf16", bf16)):
+        if engine is None:
+            continue
+        gens, logps = engine.sample(rows, SamplingParams(args.new_tokens, 1.0, 1.0, seed=0), POLICY)
+        with torch.no_grad():
+            trainer, _ = pm.response_logprobs(rows, [x.response_ids for x in gens], POLICY)
+        d = torch.tensor([float(trainer[i, j]) - lp for i, row in enumerate(logps) for j, lp in enumerate(row)])
+        gaps[name] = {"max": d.abs().max().item(), "mean": d.abs().mean().item(),
+                      "weight_min": d.exp().min().item(), "weight_max": d.exp().max().item()}  # fmt: skip
+    gap = gaps["lean"]["max"]
     busy += [b for b in warn_if_busy() if b not in busy]
 
     print(
@@ -111,16 +124,26 @@ def main() -> None:
         f"model {args.model}"
     )
     rows_out = [[k, f"{med[k]:.2f}", " ".join(f"{t:.2f}" for t in times[k]), f"{tokens[k]:.0f}", f"{tps[k]:.1f}"]
-                for k in ("hf", "lean")]  # fmt: skip
+                for k in engines]  # fmt: skip
     print(table(rows_out, ["engine", "median s", "reps s", "tokens/call", "tokens/s"]))
     print(f"ratio lean/hf tokens/s = {ratio:.2f} (target >= 3.5, issue 37); sampling log-prob gap to the trainer {gap:.2e}")
+    extra = {}
+    if bf16 is not None:
+        g = gaps["lean-bf16"]
+        extra = {"lean_bf16_tok_s": round(tps["lean-bf16"], 2), "ratio_bf16": round(tps["lean-bf16"] / tps["hf"], 3),
+                 "bf16_logprob_gap": g}  # fmt: skip
+        print(f"ratio lean-bf16/hf tokens/s = {extra['ratio_bf16']:.2f} (rollout.precision: bf16); its sampling "
+              f"log-prob gap to the trainer: max {g['max']:.3f}, mean {g['mean']:.4f}; importance weights "
+              f"pi_trainer/pi_bf16 {g['weight_min']:.3f}-{g['weight_max']:.3f}")
+    else:
+        print("lean-bf16 not run: this CPU lacks AVX-512 BF16 (rollout.precision: bf16 is refused here)")
     emit_json(
         "generate_vs_hf",
         {
             "model": args.model, "rows": len(rows), "prompts": args.prompts, "group": args.group,
             "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "threads": args.threads,
             "hf_tok_s": round(tps["hf"], 2), "lean_tok_s": round(tps["lean"], 2), "ratio": round(ratio, 3),
-            "logprob_gap": gap, "disturbed_by": busy,
+            "logprob_gap": gap, **extra, "disturbed_by": busy,
         },
     )  # fmt: skip
 

@@ -107,6 +107,13 @@ class RolloutConfig(Section):
         "(`masrl serve --inference`, vLLM, SGLang), which load the trained LoRA adapters at runtime "
         "(docs/scale.md)"
     )
+    precision: Literal["float32", "bf16"] = Field(
+        "float32", description="the lean engine's matmuls in training rollouts: bf16 rounds weights and "
+        "activations to bfloat16 and accumulates in float32 (oneDNN's AVX-512 BF16 kernels; a CPU without them "
+        "is refused), 4.0x HF generate's tokens/s against 2.9x in float32 (bench/generate_vs_hf.py); the "
+        "trainer stays float32, so the update weighs each token by pi_trainer / pi_bf16 truncated at "
+        "algo.behavior_cap (required). Greedy calls (evaluation, serving) stay float32 (docs/scale.md)"
+    )
     workers: int = Field(
         0, ge=0, description="Ray actors that generate (each holds the base model and the current adapters); "
         "0 generates in the trainer's process"
@@ -196,8 +203,9 @@ class AlgoConfig(Section):
         "trained and level with batch (docs/scale.md)"
     )
     behavior_cap: float | None = Field(
-        None, gt=0.0, description="rollout.max_staleness > 0: truncate the decoupled objective's pi_prox/pi_behav "
-        "weight at this value (truncated importance sampling); None: the untruncated weight (AReaL eq. 5). Set it "
+        None, gt=0.0, description="rollout.max_staleness > 0 or rollout.precision bf16: truncate the decoupled "
+        "objective's pi_prox/pi_behav weight at this value (truncated importance sampling); None: the untruncated "
+        "weight (AReaL eq. 5). Set it "
         "with max_staleness >= 2: k=2 on single-arithmetic fell 0.082 below synchronous at 24 steps without it, and "
         "with 2.0 was level at 24 and 30 steps and 0.027 below at 36 (docs/scale.md)"
     )

@@ -160,7 +160,7 @@ def update_settings(config: Config) -> UpdateSettings:
         clip_high=a.clip_high,
         max_grad_norm=t.max_grad_norm,
         temperature=config.rollout.temperature,
-        decoupled=config.rollout.max_staleness > 0,
+        decoupled=config.rollout.max_staleness > 0 or config.rollout.precision != "float32",
         behavior_cap=a.behavior_cap,
         share_prompts=t.share_prompts,
         micro_batch_tokens=t.micro_batch_tokens,
@@ -305,7 +305,7 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            generate = sampler(base, sampling_engine(r.engine, base.placement))  # the in-process engines
+            generate = sampler(base, sampling_engine(r.engine, base.placement), r.precision)  # the in-process engines
             local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
             continue
@@ -340,6 +340,7 @@ def start_remote(config: Config, base: PolicyModel, model_name: str, given_model
                           "(a model object cannot be sent to them)")  # fmt: skip
     spec = WorkerSpec(model_name, base.policies, base.lora, config.run.seed,
                       str(base.placement.weights).removeprefix("torch."), r.worker_threads,
-                      logprobs=r.max_staleness > 0, engine=sampling_engine(r.engine, base.placement))  # fmt: skip
+                      logprobs=r.max_staleness > 0, engine=sampling_engine(r.engine, base.placement),
+                      precision=r.precision)  # fmt: skip
     return RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
                       timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip

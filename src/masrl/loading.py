@@ -175,6 +175,19 @@ def _check_rollout(config: Config) -> None:
         raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
     if r.workers and importlib.util.find_spec("ray") is None:
         raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
+    if r.precision != "float32":
+        # The sampler's policy is then not the trainer's: only the truncated importance weight keeps the
+        # update on the trainer's policy (Yao et al. 2025's TIS for vLLM-vs-trainer mismatch; AReaL eq. 5).
+        if r.engine in ("hf", "openai"):
+            raise ValueError(f"rollout.precision {r.precision!r} sets the lean engine's matmuls; rollout.engine "
+                             f"{r.engine!r} samples in the model's own precision: use rollout.engine lean or auto")  # fmt: skip
+        if config.model.lora_rank == 0:
+            raise ValueError(f"rollout.precision {r.precision!r} samples from the lean engine's merged copy of the "
+                             "LoRA weights: set model.lora_rank > 0")  # fmt: skip
+        if config.algo.behavior_cap is None:
+            raise ValueError(f"rollout.precision {r.precision!r} samples from a policy near the trainer's, and the "
+                             "update corrects each token by pi_trainer / pi_sampler truncated at algo.behavior_cap: "
+                             "set it (2.0 is usual)")  # fmt: skip
     if r.max_staleness and r.engine != "openai" and not r.workers:
         raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
                          "rollout.workers > 0 or rollout.engine 'openai'")  # fmt: skip

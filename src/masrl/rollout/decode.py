@@ -52,7 +52,8 @@ import torch
 from masrl.agents.policy import PolicyModel
 from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.hf_compat import cache_kwargs, output_cache
-from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, fused_weights, supported, tie_to_fused
+from masrl.config import ConfigError
+from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, bf16_supported, fused_weights, supported, tie_to_fused
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -288,10 +289,16 @@ def sample_batch(
     return gens, [lp[: len(g.response_ids)] for lp, g in zip(logps, gens)]
 
 
-def sampler(model: PolicyModel, engine: str) -> Callable[..., list[Generation]]:
+def sampler(model: PolicyModel, engine: str, precision: str = "float32") -> Callable[..., list[Generation]]:
     """`model`'s generate for a resolved engine name (masrl.engine.sampling_engine): "lean" samples
-    through a LeanEngine, "hf" through HF generate. The trainer's process and each Ray worker call it."""
-    return LeanEngine(model).generate if engine == "lean" else model.generate
+    through a LeanEngine (its matmuls in `precision`), "hf" through HF generate. The trainer's process
+    and each Ray worker call it."""
+    if engine == "lean":
+        return LeanEngine(model, precision=precision).generate
+    if precision != "float32":
+        raise ConfigError(f"rollout.precision {precision} sets the lean engine's matmuls; this base samples "
+                          f"with {engine} (on {model.placement.device}, rollout.engine auto picks hf there)")  # fmt: skip
+    return model.generate
 
 
 class LeanEngine:
@@ -300,21 +307,37 @@ class LeanEngine:
     With LoRA it samples from a merged copy of the weights (`MergedWeights`, built at the first
     call), re-merged whenever the policy's adapter changed since the last call; full fine-tuning
     samples from the trained weights themselves. It holds the model's lock while it samples, as
-    `PolicyModel.generate` does."""
+    `PolicyModel.generate` does.
 
-    def __init__(self, model: PolicyModel, graphs: bool | None = None):
+    `precision="bf16"` samples training rollouts through bfloat16 matmuls (`llama_decoder.Bf16Matmul`:
+    a LoRA model of the Llama family on a CPU with AVX-512 BF16); greedy calls stay float32. Its
+    samples come from a policy near the trainer's but not equal to it, so each of its generations
+    carries its tokens' sampling log-probs, whether asked for or not: the update weighs each token
+    by pi_trainer / pi_bf16, truncated (masrl.update, `decoupled`)."""
+
+    def __init__(self, model: PolicyModel, graphs: bool | None = None, precision: str = "float32"):
+        if precision != "float32":
+            problem = _precision_problem(model, precision)
+            if problem:
+                raise ConfigError(f"rollout.precision {precision}: {problem}")
         self.policy_model = model
         self.merged: MergedWeights | None = None
         self.graphs = graphs  # CUDA graphs per call (GraphForward); None: on CUDA
+        self.precision = precision
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
     ) -> list[Generation]:
         """What `PolicyModel.generate` returns, sampled by this engine (log-probs with `params.logprobs`)."""
         gens, logps = self.sample(prompts, params, policy)
-        if not params.logprobs:
+        if not params.logprobs and self.precision_of(params) == "float32":
             return gens
         return [replace(g, logprobs=tuple(lp)) for g, lp in zip(gens, logps)]
+
+    def precision_of(self, params: SamplingParams) -> str:
+        """The matmuls' precision a call samples with: `precision` for sampled calls (training rollouts);
+        greedy calls (evaluation, serving) in float32, so what is measured is the policy the trainer trains."""
+        return "float32" if params.greedy else self.precision
 
     def sample(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
@@ -328,6 +351,9 @@ class LeanEngine:
             if self.merged is None:
                 self.merged = MergedWeights(pm.model)
             self.merged.sync(policy)
+            decoder = self.merged.decoder
+            if decoder is not None and decoder.precision != self.precision_of(params):
+                decoder.refresh(self.precision_of(params))
             return sample_batch(self.merged.model, pm.tokenizer, prompts, params, self.merged.decoder, self.graphs)
 
 
@@ -401,6 +427,21 @@ class MergedWeights:
             self.decoder.refresh()
         self._key = key
         return True
+
+
+def _precision_problem(model: PolicyModel, precision: str) -> str | None:
+    """Why the lean engine cannot sample `model` in `precision` (bf16), or None."""
+    if model.lora is None:
+        return "it samples from a merged copy of LoRA weights, and this model trains all its weights"
+    place = model.placement
+    if place.device.type != "cpu" or place.weights != torch.float32 or place.compute is not None:
+        return (f"it runs float32 models on CPU; this one is {place.weights} on {place.device}"
+                + (f" under {place.compute} autocast (trainer.precision)" if place.compute is not None else ""))
+    if not supported(model.model.get_base_model()):
+        return f"it runs the lean engine's Llama-family decoder, which {model.model.config.model_type} is not"
+    if not bf16_supported():
+        return "this CPU lacks AVX-512 BF16 (and AMX), so oneDNN would emulate bfloat16, slower than float32"
+    return None
 
 
 def _plain_lora(layer, policy: str) -> bool:

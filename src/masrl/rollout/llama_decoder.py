@@ -67,6 +67,42 @@ class Matmul:
         return F.linear(x, self.weight, self.bias)
 
 
+class Bf16Matmul:
+    """x W^T + b with W and x rounded to bfloat16, the products accumulated in float32 by oneDNN's
+    AVX-512 BF16 kernels (`rollout.precision: bf16`), the result rounded to bfloat16 and returned in x's
+    dtype.
+
+    bfloat16 keeps float32's range with an 8-bit significand, so each product is off by a few parts
+    in a thousand. The sampled distribution is then near the trainer's but not equal to it (on
+    bench/generate_vs_hf.py's batch the tokens' log-probs differ by 0.04 on average, at most 0.22), and
+    the update corrects each token by the truncated importance weight pi_trainer / pi_bf16
+    (`masrl.algos.losses.behavior_weights`). At a decode step's 32 rows SmolLM2's matmuls took 41 ms
+    against 60 ms in float32 on this machine's 2 cores, with cold caches as in a step. (W8A8 int8
+    through `torch._int_mm` was as fast but 0.33 off on average: per-token int8 is too coarse for the
+    head's logits and the MLP's activations.)"""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.weight, self.bias = weight, bias
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16), 32)
+        self.bias16 = None if bias is None else bias.detach().to(torch.bfloat16)
+        self.version = (weight._version, None if bias is None else bias._version)
+
+    current = Matmul.current
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.packed, self.bias16, "none", [], "")
+        return out.to(x.dtype)
+
+
+PRECISIONS = {"float32": Matmul, "bf16": Bf16Matmul}  # rollout.precision -> the matmuls it samples with
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU runs oneDNN's bfloat16 matmuls natively (AVX-512 BF16 or AMX); without them
+    oneDNN emulates bfloat16, slower than float32."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def _pack(weight: torch.Tensor) -> torch.Tensor | None:
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
         return None
@@ -81,11 +117,11 @@ class LayerWeights:
     """One decoder layer; `qkv` multiplies by [q; k; v] and `gate_up` by [gate; up], row-stacked."""
 
     norm1: torch.Tensor  # [H]
-    qkv: Matmul  # H -> (Hq + 2 Hkv) D, with Qwen2's biases
-    o: Matmul  # Hq D -> H
+    qkv: Matmul | Bf16Matmul  # H -> (Hq + 2 Hkv) D, with Qwen2's biases
+    o: Matmul | Bf16Matmul  # Hq D -> H
     norm2: torch.Tensor  # [H]
-    gate_up: Matmul  # H -> 2 I
-    down: Matmul  # I -> H
+    gate_up: Matmul | Bf16Matmul  # H -> 2 I
+    down: Matmul | Bf16Matmul  # I -> H
 
 
 def fused_weights(model) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -123,8 +159,9 @@ class LlamaDecoder:
     The decoder holds the weights' matmuls (packed on CPU; `refresh` after the
     weights change); the cache lives in the caller's `KVCache`."""
 
-    def __init__(self, model, fused: list[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, model, fused: list[tuple[torch.Tensor, torch.Tensor]], precision: str = "float32"):
         cfg = model.config
+        self.precision = precision  # the matmuls' (PRECISIONS): float32 packed for oneDNN, or bf16
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -137,21 +174,25 @@ class LlamaDecoder:
         self._qkv_bias = [_bias(layer.self_attn) for layer in model.model.layers]  # LoRA leaves biases alone
         self.refresh()
 
-    def refresh(self) -> None:
+    def refresh(self, precision: str | None = None) -> None:
         """Take the weights' current values (after a re-merge): the matmuls of weights written since are rebuilt
-        (packing costs a copy; the head and unadapted weights keep theirs)."""
+        (packing costs a copy; the head and unadapted weights keep theirs). With `precision`, every matmul is
+        rebuilt in it (PRECISIONS): one precision is held at a time, so memory stays that of one packed copy."""
+        if precision is not None:
+            self.precision = precision
+        product = PRECISIONS[self.precision]
         # Each stale packed copy is let go before its replacement is packed, so a re-merge never holds two
         # copies of the model's projections (about 0.5 GB for SmolLM2-135M in float32) at once.
         old = getattr(self, "_matmuls", {})
-        self._matmuls: dict[str, Matmul] = {}
+        self._matmuls: dict[str, Matmul | Bf16Matmul] = {}
         self.head, self.layers = None, []
 
-        def matmul(key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Matmul:
+        def matmul(key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Matmul | Bf16Matmul:
             m = old.pop(key, None)
-            if m is not None and m.current(weight, bias):
+            if m is not None and type(m) is product and m.current(weight, bias):
                 return m
             del m  # the last reference to the stale copy
-            return Matmul(weight, bias)
+            return product(weight, bias)
 
         self.head = self._matmuls["head"] = matmul("head", self._model.lm_head.weight)
         for i, (layer, (qkv, gate_up)) in enumerate(zip(self._model.model.layers, self._fused)):

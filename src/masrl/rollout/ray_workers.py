@@ -74,6 +74,7 @@ class WorkerSpec:
     threads: int
     logprobs: bool  # return the behaviour log-probs of every sampled token (asynchronous training)
     engine: str = "hf"  # "hf": PolicyModel.generate; "lean": LeanEngine (masrl.rollout.decode), as in process
+    precision: str = "float32"  # rollout.precision: the lean engine's matmuls in sampled calls
 
 
 class RolloutWorker:
@@ -84,7 +85,7 @@ class RolloutWorker:
         loaded = load_model(spec.model, seed=spec.seed, dtype=getattr(torch, spec.dtype))
         self.model = PolicyModel(loaded, spec.policies, spec.lora, keep_reference=False)
         # The lean engine re-merges an adapter when its tensors change (load_state_dict copies in place).
-        self.sample = sampler(self.model, spec.engine)
+        self.sample = sampler(self.model, spec.engine, spec.precision)
         self.spec = spec
         self.version = -1  # nothing loaded yet: the first batch names a version
         if rng_state is not None and index == 0:
