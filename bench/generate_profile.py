@@ -13,11 +13,12 @@ Method
 - `--ops`: then torch.profiler over the 63 steps, the ops by self time
   (matmuls are `mkldnn::_linear_pointwise`, attention
   `_scaled_dot_product_flash_attention_for_cpu`).
+- `--precision bf16`: the matmuls of `rollout.precision: bf16` (`Bf16Matmul`).
 - `--cpu`: seconds of CPU time (`time.process_time`) instead of wall time.
   With `--threads 1` on a shared machine this counts the work and not the
   waiting; with 2 threads it also counts the threads' spinning.
 
-    python bench/generate_profile.py [--threads 2] [--rounds 2] [--ops] [--cpu]
+    python bench/generate_profile.py [--threads 2] [--rounds 2] [--ops] [--cpu] [--precision bf16]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--ops", action="store_true", help="also torch.profiler's op table over the decoding steps")
     p.add_argument("--cpu", action="store_true", help="CPU seconds instead of wall seconds")
+    p.add_argument("--precision", default="float32", choices=["float32", "bf16"], help="rollout.precision: the matmuls'")
     return p.parse_args()
 
 
@@ -56,7 +58,7 @@ def main() -> None:
     pm, adapter, g, rows = acting_batch(args)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, top_p=1.0)
     steps = args.new_tokens - 1  # the last sampled token is never fed back
-    lean = LeanEngine(pm)
+    lean = LeanEngine(pm, precision=args.precision)
     lean.generate(rows, params, POLICY)  # warm-up: builds the merged copy
     decoder = lean.merged.decoder
     if decoder is None:
@@ -115,7 +117,7 @@ def main() -> None:
     emit_json(
         "generate_profile",
         {"model": args.model, "rows": len(rows), "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-         "threads": args.threads, "clock": "cpu" if args.cpu else "wall", "last_round": {k: round(v, 4) for k, v in phases.items()},
+         "threads": args.threads, "precision": args.precision, "clock": "cpu" if args.cpu else "wall", "last_round": {k: round(v, 4) for k, v in phases.items()},
          "disturbed_by": busy},
     )  # fmt: skip
 

@@ -11,11 +11,17 @@
   every step after them, for Llama and for Qwen2 (q/k/v biases), with the rows grouped by prompt or
   scattered in groups of unequal size (its shared-prefix attention), and the lean loop through it samples
   what the loop through HF's forward samples;
-- `rollout.engine=lean` trains end to end, and `auto` (the default) picks it on CPU.
+- `rollout.engine=lean` trains end to end, and `auto` (the default) picks it on CPU;
+- `rollout.precision: bf16`: a bf16 matmul is the float32 product of the bfloat16-rounded operands,
+  rounded to bfloat16; sampled calls carry each token's sampling log-prob (near the trainer's, not
+  equal to it), asked for or not, and greedy calls run float32, token for token the float32 engine's;
+  the update weighs each bf16-sampled token by pi_trainer / pi_bf16; every place it cannot run (no
+  AVX-512 BF16, full fine-tuning, the hf engine, no algo.behavior_cap) is refused with a message.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -24,8 +30,9 @@ import torch
 from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.agents.sampling import SamplingParams
 from masrl.models import load_model
-from masrl.rollout.decode import LeanEngine, MergedWeights, sample_batch, top_p_filter
-from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, fused_weights, supported
+from masrl.config import ConfigError
+from masrl.rollout.decode import LeanEngine, MergedWeights, sample_batch, sampler, top_p_filter
+from masrl.rollout.llama_decoder import Bf16Matmul, KVCache, LlamaDecoder, Matmul, bf16_supported, fused_weights, supported
 from masrl.types import Sample
 from masrl.update import UpdateSettings, update_policy
 
@@ -304,3 +311,83 @@ def test_cuda_graphs_sample_what_the_plain_loop_samples():
     for i, (a, b) in enumerate(zip(graphed[1], plain[1])):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-4)
         torch.testing.assert_close(torch.tensor(a), trainer[i, : len(a)].detach().cpu(), rtol=0, atol=1e-4)
+
+
+# ---------------------------------------------------------------- rollout.precision: bf16
+needs_bf16 = pytest.mark.skipif(not bf16_supported(), reason="this CPU lacks AVX-512 BF16")
+
+
+@needs_bf16
+def test_a_bf16_matmul_is_the_product_of_the_rounded_operands():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(5, 64, generator=g), torch.randn(48, 64, generator=g), torch.randn(48, generator=g)
+    out = Bf16Matmul(w, b)(x)
+    rounded = lambda t: t.to(torch.bfloat16).float()  # noqa: E731
+    expected = rounded(rounded(x) @ rounded(w).T + rounded(b))
+    assert out.dtype == torch.float32 and out.shape == (5, 48)
+    # Accumulation order may differ from the reference's by float32 rounding, which can move the final
+    # bfloat16 rounding by one step: 2^-8 relative.
+    torch.testing.assert_close(out, expected, rtol=2**-7, atol=1e-6)
+    assert (out - Matmul(w, b)(x)).abs().max() > 1e-3  # not the float32 product
+
+
+@needs_bf16
+def test_bf16_sampling_carries_its_logprobs_and_greedy_calls_stay_float32():
+    pm = make_policy()
+    rows, bf16, f32 = prompts(), LeanEngine(pm, precision="bf16"), LeanEngine(pm)
+    sampled = bf16.generate(rows, SamplingParams(max_new_tokens=12, temperature=0.7, seed=3), "red")  # not asked
+    trainer, _ = pm.response_logprobs(rows, [g.response_ids for g in sampled], "red", temperature=0.7)
+    gap = torch.cat([torch.tensor(g.logprobs) - trainer[i, : len(g.logprobs)] for i, g in enumerate(sampled)])
+    assert all(g.logprobs is not None and len(g.logprobs) == len(g.response_ids) > 0 for g in sampled)
+    assert 1e-5 < gap.abs().max() < 0.05  # near the trainer's, and not the float32 engine's 1e-5
+    assert bf16.merged.decoder.precision == "bf16"
+
+    greedy = SamplingParams(max_new_tokens=10, temperature=0.0)
+    evaluated = bf16.generate(rows, greedy, "red")
+    assert bf16.merged.decoder.precision == "float32"
+    assert evaluated == f32.generate(rows, greedy, "red")  # token for token, and no log-probs
+    assert all(g.logprobs is None for g in evaluated)
+    again = bf16.generate(rows, SamplingParams(max_new_tokens=12, temperature=0.7, seed=3), "red")
+    assert again == sampled  # back to bf16, the same draws
+
+
+def test_bf16_sampling_is_refused_where_it_cannot_run(monkeypatch):
+    from masrl.agents.policy import PolicyModel
+    from masrl.models import load_model
+
+    pm = make_policy()
+    with pytest.raises(ConfigError, match="sets the lean engine's matmuls; this base samples with hf"):
+        sampler(pm, "hf", "bf16")
+    full = PolicyModel(load_model("tiny", seed=0), ["red"], None)
+    with pytest.raises(ConfigError, match="merged copy of LoRA weights, and this model trains all its weights"):
+        LeanEngine(full, precision="bf16")
+    monkeypatch.setattr("masrl.rollout.decode.bf16_supported", lambda: False)
+    with pytest.raises(ConfigError, match="rollout.precision bf16: this CPU lacks AVX-512 BF16"):
+        LeanEngine(pm, precision="bf16")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([], "truncated at algo.behavior_cap: set it"),
+        (["algo.behavior_cap=2", "rollout.engine=hf"], "rollout.engine 'hf' samples in the model's own precision"),
+        (["algo.behavior_cap=2", "model.lora_rank=0"], "merged copy of the LoRA weights: set model.lora_rank > 0"),
+    ],
+)
+def test_a_config_that_cannot_sample_in_bf16_is_refused(tiny_config, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_config("rollout.precision=bf16", *overrides)
+
+
+@needs_bf16
+def test_training_on_bf16_samples_weighs_each_token_by_the_trainer_over_the_sampler(tiny_config, parity_reward):
+    from masrl.train import train
+
+    run = train(tiny_config("trainer.steps=2", "eval.before=false", "rollout.precision=bf16", "algo.behavior_cap=2"))
+    steps = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if m["kind"] == "train"]
+    assert len(steps) == 2
+    for m in steps:
+        assert m["adv_abs_mean"] > 0  # the parity reward splits groups: the update trains
+        # pi_trainer / pi_bf16 per token: near 1 and not 1 (the float32 engine's weights are 1 to 1e-5)
+        assert m["solver/behavior_weight_min"] < 0.9999 < 1.0001 < m["solver/behavior_weight_max"] < 2.0
+        assert m["solver/behavior_weight_mean"] == pytest.approx(1.0, abs=0.01)
