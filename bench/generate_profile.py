@@ -82,7 +82,7 @@ def main() -> None:
         call, gens = timed(lambda: lean.generate(rows, params, POLICY))
         n = sum(len(x.response_ids) for x in gens)
         move_adapter()
-        merge, _ = timed(lambda: lean.merged.sync(POLICY))
+        merge, _ = timed(lambda: lean.merged.sync(POLICY, args.precision))
         with torch.no_grad():
             cache = KVCache(decoder, len(rows), args.prompt_len + steps, decoder.embed)
             prefill, logits = timed(lambda: decoder.prefill(ids, mask, cache, owner))

@@ -350,10 +350,7 @@ class LeanEngine:
                     return sample_batch(model, pm.tokenizer, prompts, params)
             if self.merged is None:
                 self.merged = MergedWeights(pm.model)
-            self.merged.sync(policy)
-            decoder = self.merged.decoder
-            if decoder is not None and decoder.precision != self.precision_of(params):
-                decoder.refresh(self.precision_of(params))
+            self.merged.sync(policy, self.precision_of(params))
             return sample_batch(self.merged.model, pm.tokenizer, prompts, params, self.merged.decoder, self.graphs)
 
 
@@ -407,10 +404,13 @@ class MergedWeights:
         return (policy, *(p._version for n, p in self._peft.named_parameters() if f".{policy}." in n and "lora_" in n))
 
     @torch.no_grad()
-    def sync(self, policy: str | None) -> bool:
-        """Bring the merged weights to `policy`'s adapter (None: the base); True when it re-merged."""
+    def sync(self, policy: str | None, precision: str = "float32") -> bool:
+        """Bring the merged weights to `policy`'s adapter (None: the base) and the decoder's matmuls to
+        `precision`; True when it re-merged."""
         key = self._version(policy)
         if key == self._key:
+            if self.decoder is not None and self.decoder.precision != precision:
+                self.decoder.refresh(precision)
             return False
         merged = dict(self.model.named_modules())
         for name, layer in self._lora.items():
@@ -424,7 +424,7 @@ class MergedWeights:
             else:  # DoRA, transposed (Conv1D) weights, ...: peft's own delta
                 target.copy_(w + layer.get_delta_weight(policy).to(w.dtype))
         if self.decoder is not None:
-            self.decoder.refresh()
+            self.decoder.refresh(precision)
         self._key = key
         return True
 
