@@ -5,7 +5,8 @@
 - two workers share each step's batches, sync adapters by version, and the step trains;
 - a worker killed with SIGKILL while it holds a batch: the batch is retried on the other worker, the
   failure is counted, and the restarted worker catches up with the current adapters on its next batch;
-- asynchronous k=1 records each sample's adapter version and behaviour log-probs, and its staleness.
+- asynchronous k=1 records each sample's adapter version and behaviour log-probs, and its staleness;
+- `rollout.precision` reaches the workers (a bf16 worker's generations carry their sampling log-probs).
 
 Each test gets its own Ray instance in its own temp dir and shuts it down. The default run holds the first
 and the pool-level kill test (about 40 s together); the rest are marked slow.
@@ -338,3 +339,18 @@ def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_d
         assert pool.pids()[0] != pid
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="this CPU lacks AVX-512 BF16")
+def test_a_worker_samples_in_the_precision_the_trainer_names():
+    """rollout.precision reaches the workers: a bf16 worker's generations carry their sampling log-probs
+    (the behaviour policy the update weighs by) though the spec asks for none (synchronous training)."""
+    from masrl.agents.policy import LoraSpec
+    from masrl.rollout.ray_workers import RolloutWorker, WorkerSpec
+
+    spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1,
+                      logprobs=False, engine="lean", precision="bf16")  # fmt: skip
+    worker = RolloutWorker(spec, 0, None)  # the actor's class, in this process: no Ray needed
+    gens = worker.generate([[5, 6, 7]] * 4, SamplingParams(max_new_tokens=6, temperature=1.0), "red", -1, [])
+    assert worker.sample.__self__.precision == "bf16"
+    assert all(g.logprobs is not None and len(g.logprobs) == len(g.response_ids) > 0 for g in gens)

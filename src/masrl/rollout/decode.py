@@ -297,7 +297,7 @@ def sampler(model: PolicyModel, engine: str, precision: str = "float32") -> Call
         return LeanEngine(model, precision=precision).generate
     if precision != "float32":
         raise ConfigError(f"rollout.precision {precision} sets the lean engine's matmuls; this base samples "
-                          f"with {engine} (on {model.placement.device}, rollout.engine auto picks hf there)")  # fmt: skip
+                          f"with {engine} (rollout.engine auto picks hf on CUDA and under trainer.precision bf16)")  # fmt: skip
     return model.generate
 
 

@@ -76,10 +76,9 @@ class Bf16Matmul:
     in a thousand. The sampled distribution is then near the trainer's but not equal to it (on
     bench/generate_vs_hf.py's batch the tokens' log-probs differ by 0.04 on average, at most 0.22), and
     the update corrects each token by the truncated importance weight pi_trainer / pi_bf16
-    (`masrl.algos.losses.behavior_weights`). At a decode step's 32 rows SmolLM2's matmuls took 41 ms
-    against 60 ms in float32 on this machine's 2 cores, with cold caches as in a step. (W8A8 int8
-    through `torch._int_mm` was as fast but 0.33 off on average: per-token int8 is too coarse for the
-    head's logits and the MLP's activations.)"""
+    (`masrl.algos.losses.behavior_weights`). In a decode step of 32 rows SmolLM2's matmuls took 32 ms
+    against 52 ms in float32 on this machine's 2 cores (bench/generate_profile.py; the float32 ones run
+    at the ~166 GFLOP/s limit there). W8A8 int8 was as fast but 0.33 off on average (bench/README.md)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         self.weight, self.bias = weight, bias
