@@ -75,15 +75,13 @@ def main() -> None:
     busy = warn_if_busy()
     pm, adapter, g, rows = acting_batch(args)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, top_p=1.0)
-    produced: dict[str, int] = {"hf": 0, "lean": 0}
-    last: dict[str, list] = {}
-
     lean = LeanEngine(pm)
     bf16 = LeanEngine(pm, precision="bf16") if bf16_supported() else None
     engines = {"hf": pm.generate, "lean": lean.generate}
     if bf16 is not None:  # rollout.precision: bf16, on CPUs with AVX-512 BF16
         engines["lean-bf16"] = bf16.generate
-        produced["lean-bf16"] = 0
+    produced: dict[str, int] = dict.fromkeys(engines, 0)
+    last: dict[str, list] = {}
 
     def step(engine: str):
         def run() -> None:

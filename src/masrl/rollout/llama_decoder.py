@@ -67,7 +67,7 @@ class Matmul:
         return F.linear(x, self.weight, self.bias)
 
 
-class Bf16Matmul:
+class Bf16Matmul(Matmul):
     """x W^T + b with W and x rounded to bfloat16, the products accumulated in float32 by oneDNN's
     AVX-512 BF16 kernels (`rollout.precision: bf16`), the result rounded to bfloat16 and returned in x's
     dtype.
@@ -85,8 +85,6 @@ class Bf16Matmul:
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16), 32)
         self.bias16 = None if bias is None else bias.detach().to(torch.bfloat16)
         self.version = (weight._version, None if bias is None else bias._version)
-
-    current = Matmul.current
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.packed, self.bias16, "none", [], "")
@@ -116,11 +114,11 @@ class LayerWeights:
     """One decoder layer; `qkv` multiplies by [q; k; v] and `gate_up` by [gate; up], row-stacked."""
 
     norm1: torch.Tensor  # [H]
-    qkv: Matmul | Bf16Matmul  # H -> (Hq + 2 Hkv) D, with Qwen2's biases
-    o: Matmul | Bf16Matmul  # Hq D -> H
+    qkv: Matmul  # H -> (Hq + 2 Hkv) D, with Qwen2's biases
+    o: Matmul  # Hq D -> H
     norm2: torch.Tensor  # [H]
-    gate_up: Matmul | Bf16Matmul  # H -> 2 I
-    down: Matmul | Bf16Matmul  # I -> H
+    gate_up: Matmul  # H -> 2 I
+    down: Matmul  # I -> H
 
 
 def fused_weights(model) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -183,10 +181,10 @@ class LlamaDecoder:
         # Each stale packed copy is let go before its replacement is packed, so a re-merge never holds two
         # copies of the model's projections (about 0.5 GB for SmolLM2-135M in float32) at once.
         old = getattr(self, "_matmuls", {})
-        self._matmuls: dict[str, Matmul | Bf16Matmul] = {}
+        self._matmuls: dict[str, Matmul] = {}
         self.head, self.layers = None, []
 
-        def matmul(key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Matmul | Bf16Matmul:
+        def matmul(key: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Matmul:
             m = old.pop(key, None)
             if m is not None and type(m) is product and m.current(weight, bias):
                 return m
