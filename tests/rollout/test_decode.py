@@ -352,9 +352,6 @@ def test_bf16_sampling_carries_its_logprobs_and_greedy_calls_stay_float32():
 
 
 def test_bf16_sampling_is_refused_where_it_cannot_run(monkeypatch):
-    from masrl.agents.policy import PolicyModel
-    from masrl.models import load_model
-
     pm = make_policy()
     with pytest.raises(ConfigError, match="sets the lean engine's matmuls; this base samples with hf"):
         sampler(pm, "hf", "bf16")

@@ -27,6 +27,7 @@ import ray  # the `scale` extra, installed by scripts/setup.sh
 import torch
 
 from masrl.agents.policy import SamplingParams
+from masrl.rollout.llama_decoder import bf16_supported
 from masrl.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -341,7 +342,7 @@ def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_d
         pool.close()
 
 
-@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="this CPU lacks AVX-512 BF16")
+@pytest.mark.skipif(not bf16_supported(), reason="this CPU lacks AVX-512 BF16")
 def test_a_worker_samples_in_the_precision_the_trainer_names():
     """rollout.precision reaches the workers: a bf16 worker's generations carry their sampling log-probs
     (the behaviour policy the update weighs by) though the spec asks for none (synchronous training)."""
@@ -350,7 +351,12 @@ def test_a_worker_samples_in_the_precision_the_trainer_names():
 
     spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1,
                       logprobs=False, engine="lean", precision="bf16")  # fmt: skip
-    worker = RolloutWorker(spec, 0, None)  # the actor's class, in this process: no Ray needed
-    gens = worker.generate([[5, 6, 7]] * 4, SamplingParams(max_new_tokens=6, temperature=1.0), "red", -1, [])
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    try:
+        worker = RolloutWorker(spec, 0, None)  # the actor's class, in this process: no Ray needed
+        gens = worker.generate([[5, 6, 7]] * 4, SamplingParams(max_new_tokens=6, temperature=1.0), "red", -1, [])
+    finally:  # the worker sets its process's threads and seed, as it does its actor's: not the tests' after this
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
     assert worker.sample.__self__.precision == "bf16"
     assert all(g.logprobs is not None and len(g.logprobs) == len(g.response_ids) > 0 for g in gens)
