@@ -110,7 +110,7 @@ class RolloutConfig(Section):
     precision: Literal["float32", "bf16"] = Field(
         "float32", description="the lean engine's matmuls in training rollouts: bf16 rounds weights and "
         "activations to bfloat16 and accumulates in float32 (oneDNN's AVX-512 BF16 kernels; a CPU without them "
-        "is refused), 4.0x HF generate's tokens/s against 2.6-3.05x in float32 (bench/generate_vs_hf.py); the "
+        "is refused), 3.9-4.0x HF generate's tokens/s against 2.6-3.05x in float32 (bench/generate_vs_hf.py); the "
         "trainer stays float32, so the update weighs each token by pi_trainer / pi_bf16 truncated at "
         "algo.behavior_cap (required). Greedy calls (evaluation, serving) stay float32 (docs/scale.md)"
     )
