@@ -117,10 +117,10 @@ def main(argv: list[str]) -> int:
     from masrl.stats import paired_difference
     from masrl.systems.router.evaluation import evaluate_one_shot, solver_profile
     from masrl.systems.router.results import baseline_routers
-    from masrl.trained import TrainingError, load_engine
+    from masrl.trained import TrainingError, load_parts
 
     try:
-        engine = load_engine(args.target, args.overrides)
+        engine = load_parts(args.target, args.overrides)
     except (ConfigError, TrainingError) as exc:
         raise SystemExit(f"router_bounds: {exc}")
     if engine.config.system.kind != "router":

@@ -22,7 +22,7 @@ from masrl.registry import build_task
 from masrl.runlog import RunLogger
 from masrl.scoring import score
 from masrl.train import TrainingError, train
-from masrl.trained import load_engine
+from masrl.trained import load_parts
 from masrl.types import AgentError, Call, EnvironmentProblem, Episode, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -206,14 +206,14 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
 def test_load_engine_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides, run_dir):
     config = tiny_config("trainer.steps=1", "eval.before=false")
     train(config)
-    trained = load_engine(str(run_dir))  # the run's saved config and its step-1 adapter
+    trained = load_parts(str(run_dir))  # the run's saved config and its step-1 adapter
     saved = load_file(run_dir / "checkpoints" / "step_000001" / "policy" / "solver.safetensors")
     state = trained.models["solver"].state_dict("solver")
     assert saved and saved.keys() == state.keys() and all(torch.equal(saved[k], state[k]) for k in saved)
     with pytest.raises(ConfigError, match="only eval.* keys can be overridden, not trainer.lr=1"):
-        load_engine(str(run_dir), ["trainer.lr=1"])
-    assert load_engine(str(run_dir), ["eval.size=5"]).config.eval.size == 5
-    fresh = load_engine(tiny_overrides[0], [*tiny_overrides[1:], "model.lora_rank=2"])  # a config: untrained
+        load_parts(str(run_dir), ["trainer.lr=1"])
+    assert load_parts(str(run_dir), ["eval.size=5"]).config.eval.size == 5
+    fresh = load_parts(tiny_overrides[0], [*tiny_overrides[1:], "model.lora_rank=2"])  # a config: untrained
     assert fresh.config.model.lora_rank == 2 and fresh.config.run.dir == config.run.dir
 
 
@@ -229,7 +229,7 @@ def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):
 # ---------------------------------------------------------------- failing agents
 def use_flaky_solver(monkeypatch, fails) -> None:
     """Make train() build an engine whose solver raises AgentError when fails(question)."""
-    real = masrl.train.build_engine
+    real = masrl.train.build_parts
 
     class Flaky:
         name = "solver"
@@ -247,7 +247,7 @@ def use_flaky_solver(monkeypatch, fails) -> None:
         engine.agents = {name: Flaky(agent) for name, agent in engine.agents.items()}
         return engine
 
-    monkeypatch.setattr(masrl.train, "build_engine", build)
+    monkeypatch.setattr(masrl.train, "build_parts", build)
 
 
 def test_failed_trajectories_are_counted_and_left_out_of_the_update(tiny_config, run_dir, parity_reward, monkeypatch):

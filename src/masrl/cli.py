@@ -231,7 +231,7 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
-    from masrl.engine import build_engine  # lazy: torch
+    from masrl.parts import build_parts  # lazy: torch
     from masrl.trained import check_eval_overrides, load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
@@ -255,7 +255,7 @@ def _eval(args) -> int:
             config = load_config(target, overrides)
             preflight(config)
             _under_jemalloc(args)
-            engine = build_engine(config)
+            engine = build_parts(config)
             out = Path(args.out) if args.out else None
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)

@@ -19,12 +19,12 @@ import torch
 
 from masrl import distributed
 from masrl.checkpoint import capture_rng, complete_checkpoints, read_meta, restore_rng, save_checkpoint, set_aside
-from masrl.engine import Engine
+from masrl.parts import Parts
 from masrl.rollout.tree import Stateful
 from masrl.types import EnvironmentProblem
 
 
-def checkpoint(engine: Engine, run_dir: Path, step: int, worker_rngs: bool = True) -> None:
+def checkpoint(engine: Parts, run_dir: Path, step: int, worker_rngs: bool = True) -> None:
     """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this),
     and with `worker_rngs` the rollout workers' sampling generators."""
     rngs = distributed.gather(capture_rng())
@@ -47,7 +47,7 @@ def checkpoint(engine: Engine, run_dir: Path, step: int, worker_rngs: bool = Tru
     save_checkpoint(run_dir, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
 
 
-def restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
+def restore(engine: Parts, ckpt: Path, weights_only: bool = False) -> None:
     """Load `ckpt` into `engine`: with `weights_only`, the adapters and the system's state alone."""
     for learner in engine.learners.values():
         learner.load(ckpt, weights_only=weights_only)
@@ -64,7 +64,7 @@ def restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
             engine.frozen[name].load_state_dict(agent_state)
 
 
-def restore_newest(engine: Engine, run_dir: Path) -> Path:
+def restore_newest(engine: Parts, run_dir: Path) -> Path:
     """Load the newest checkpoint that reads back whole and return it. One that does not
     (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
     for ckpt in complete_checkpoints(run_dir):

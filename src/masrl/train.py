@@ -50,7 +50,7 @@ from masrl import distributed
 from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
 from masrl.compare import before_after
 from masrl.config import Config, ConfigError
-from masrl.engine import Engine, build_engine, engine_placement
+from masrl.parts import Parts, build_parts, config_placement
 from masrl.evaluate import EVALS_DIR, evaluate_system, final_eval_path, read_eval_items, write_eval_items
 from masrl.loading import load_config, validate
 from masrl.resume import checkpoint, restore, restore_newest
@@ -73,7 +73,7 @@ class TrainedStep:
 
 
 def train_step(
-    engine: Engine, step: int, ahead: RolloutAhead | None = None, failures: FailureCount | None = None
+    engine: Parts, step: int, ahead: RolloutAhead | None = None, failures: FailureCount | None = None
 ) -> TrainedStep:
     """Sample the step's episodes (rank 0; the others receive them), score them, update every policy."""
     main = distributed.is_main()
@@ -110,7 +110,7 @@ def train_step(
     return TrainedStep(episodes, scored, metrics)
 
 
-def sample_step(engine: Engine, step: int) -> list[Episode]:
+def sample_step(engine: Parts, step: int) -> list[Episode]:
     """Phase 1: the episodes of training step `step` (its tasks come from the data position)."""
     n = engine.config.trainer.batch_size
     tasks = engine.task.items("train", (step - 1) * n, n)
@@ -133,7 +133,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     if processes > 1 and not distributed.launched():
         if model is not None:
             raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
-        place = engine_placement(config)  # a bad device or run directory fails here, before any spawn
+        place = config_placement(config)  # a bad device or run directory fails here, before any spawn
         if place.device.type == "cuda" and processes > torch.cuda.device_count():
             raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
         start = prepare_run_dir(run_dir, config, resume is not None)
@@ -157,7 +157,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
             print(f"masrl: note: WORLD_SIZE={os.environ['WORLD_SIZE']} processes were started for the run; "
                   f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
-        distributed.init_from_env(engine_placement(config).device, config.trainer.timeout_minutes)
+        distributed.init_from_env(config_placement(config).device, config.trainer.timeout_minutes)
     try:
         result = _train(config, run_dir, resume is not None, model)
     except BaseException:
@@ -205,7 +205,7 @@ def _prepare_and_run(config: Config, run_dir: Path, resuming: bool, model, signa
                   f"masrl train --resume {run_dir}", file=sys.stderr)  # fmt: skip
         return run_dir
     try:
-        engine = build_engine(config, model=model)
+        engine = build_parts(config, model=model)
     except BaseException as exc:  # a config error found while building (a user's data file), or Ctrl-C
         if not resuming and distributed.is_main():
             undo_new_run(run_dir, start)  # no directory holding only config.yaml is left behind
@@ -221,7 +221,7 @@ def _prepare_and_run(config: Config, run_dir: Path, resuming: bool, model, signa
         engine.close()  # rollout workers and server sessions end with the run, whatever ended it
 
 
-def _run(engine: Engine, config: Config, run_dir: Path, start: int, signals: Signals) -> Path:
+def _run(engine: Parts, config: Config, run_dir: Path, start: int, signals: Signals) -> Path:
     """Restore a resumed run, evaluate before training, then the loop (with rollouts ahead when asked)."""
     main = distributed.is_main()
     roll_call = distributed.roll_call()
@@ -253,7 +253,7 @@ def _run(engine: Engine, config: Config, run_dir: Path, start: int, signals: Sig
             logger.close()
 
 
-def _loop(engine: Engine, config: Config, run_dir: Path, start: int, logger: RunLogger | None,
+def _loop(engine: Parts, config: Config, run_dir: Path, start: int, logger: RunLogger | None,
           ahead: RolloutAhead | None, signals: Signals) -> Path:  # fmt: skip
     main, cfg = distributed.is_main(), config.trainer
     failures = FailureCount(engine)
@@ -348,7 +348,7 @@ def _report_before_after(run_dir: Path, last: int) -> None:
     tqdm.write(f"\n{result.table()}\n(saved in {run_dir / 'results.json'}; `masrl compare` reads the same files)")
 
 
-def _log_eval(engine: Engine, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
+def _log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
     """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=final)
@@ -459,7 +459,7 @@ def machine_metrics(episodes: Sequence[Episode], scored: Scored, t_sample: float
 class FailureCount:
     """Generation requests the remote engines failed (`rollout/failures`): how many since the last `new()`."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Parts):
         self.engine, self.seen = engine, engine.remote_failures()
 
     def new(self) -> float:
