@@ -6,8 +6,10 @@ cross-checks (masrl.loading), before any model loads; `resolve_engine` turns
 `auto` into the lean engine or HF generate for a placement; `sampler` is the
 in-process generate of a resolved name, in the trainer's process and in each
 Ray worker (masrl.generation.ray), refusing a `rollout.precision` the model or
-the CPU cannot run (`precision_problem`). `openai` generates on inference servers
-(masrl.generation.remote), which masrl.parts starts.
+the CPU cannot run (`precision_problem`). The remote engines, inference servers
+for `openai` (masrl.generation.remote) and Ray workers for `rollout.workers`
+(masrl.generation.ray, which calls `sampler` in each worker), are started by
+masrl.parts.start_remote.
 """
 
 from __future__ import annotations
