@@ -111,7 +111,8 @@ def single_data(team: dict, single: dict, budget: str, used: Spent, run_dir: str
     data = {k: v for k, v in team.items() if k not in FROM_SINGLE}
     data.update({k: single[k] for k in FROM_SINGLE if k in single})
     data["run"] = {**team.get("run", {}), "dir": run_dir}
-    data["rollout"] = {**team.get("rollout", {}), **{k: v for k, v in single.get("rollout", {}).items() if k in SAMPLING}}
+    sampling = {k: v for k, v in single.get("rollout", {}).items() if k in SAMPLING}
+    data["rollout"] = {**team.get("rollout", {}), **sampling}
     trainer = {**team.get("trainer", {}), **{k: v for k, v in single.get("trainer", {}).items() if k in LEARNING}}
     trainer["steps"] = max(STEPS_CAP_FACTOR * used.steps, 1)
     # a hair under the team's count: a budget read back from YAML must not round above what the team spent

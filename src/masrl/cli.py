@@ -85,7 +85,7 @@ def _result_commands(sub) -> None:
                    help="resample the seeds' pooled items only, not seeds then items (the default for several seeds)")
     b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
                        "training time, equal sampled tokens) and print the paired table")  # fmt: skip
-    b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0, ...)")
+    b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
     b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")
     b.add_argument("--budget", choices=("time", "tokens", "both"), default="both",
                    help="equal training time (trainer.max_minutes), equal sampled tokens, or both (default)")
