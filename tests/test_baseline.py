@@ -99,6 +99,7 @@ def test_baseline_end_to_end_pairs_the_items_and_holds_both_budgets(team, capsys
         # the same held-out items on both sides, paired by id
         assert _eval(single)["ids"] == _eval(team)["ids"] and len(_eval(team)["ids"]) == 4
         assert _eval(single)["scores"]["calls"] == [1.0] * 4  # one call answers an item
+        assert all(t > 0 for t in _eval(single)["scores"]["prompt_tokens"])
         assert all(c >= 2 for c in _eval(team)["scores"]["calls"])  # a solver and a checker
         used = spent(read_metrics(single))
         tokens = [r["calls"] * r["response_tokens_mean"] for r in rows]
