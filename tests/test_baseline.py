@@ -151,3 +151,19 @@ def test_runs_without_a_single_agent_equivalent_are_one_line_errors(team, tmp_pa
     (other / "config.yaml").write_text(yaml.safe_dump({**saved, "system": {"kind": "single"}}))
     assert "is already a single agent" in refused(other)
     assert "--seeds 2: " in refused(team, "--seeds", "2")
+
+
+def test_the_table_says_what_ended_the_single_runs_and_what_was_not_recorded():
+    from masrl.baseline import Side, table
+    from masrl.compare import Evaluated
+
+    ids = ("a", "b")
+    team = Evaluated("controller", ids, {"accuracy": [1.0, 0.0]}, {"accuracy": [0.5]}, {"accuracy": [[1.0, 0.0]]})
+    single = Evaluated("policy", ids, {"accuracy": [0.0, 0.0], "tokens": [3.0, 5.0], "calls": [1.0, 1.0]},
+                       {}, {"accuracy": [[0.0, 0.0]], "tokens": [[3.0, 5.0]], "calls": [[1.0, 1.0]]})  # fmt: skip
+    text = table(Side("runs/r", team, (Spent(24, 60.0, 900.0),)), Side("runs/s", single, (Spent(40, 58.0, 700.0),)),
+                 "tokens", cap=40)  # fmt: skip
+    assert "equal sampled tokens: runs/r against a single agent (single-arithmetic's GRPO), 1 seed a side" in text
+    assert "| runs/r | controller | 0.500 [0.000, 1.000] | 24 | 60.0 | 900 | n/a | n/a |" in text  # its own evaluation
+    assert "| runs/s | policy | 0.000 [0.000, 0.000] | 40 (step cap) | 58.0 | 700 | 4.0 | 1.0 |" in text
+    assert "team minus single, accuracy, paired on 2 common items: 0.500 [0.000, 1.000] (the interval holds 0)" in text

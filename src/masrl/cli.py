@@ -84,7 +84,11 @@ def _result_commands(sub) -> None:
     c.add_argument("--items-only", action="store_true",
                    help="resample the seeds' pooled items only, not seeds then items (the default for several seeds)")
     b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
-                       "training time, equal sampled tokens) and print the paired table")  # fmt: skip
+                       "training time, equal sampled tokens) and print the paired table",
+                       description="For each seed run of RUN: a single agent on its base model, task family, held-out "
+                       "items and machine settings, trained as single-arithmetic trains it, for the run's training "
+                       "seconds (sampling + update) or its sampled tokens; then team minus single with intervals "
+                       "and the inference cost per item (docs/usage.md)")  # fmt: skip
     b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
     b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")
     b.add_argument("--budget", choices=("time", "tokens", "both"), default="both",
