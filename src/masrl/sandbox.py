@@ -164,6 +164,7 @@ import dataclasses
 import functools
 import json
 import os
+import pwd
 import random
 import re
 import selectors
@@ -954,8 +955,6 @@ def _processes_of(uid: int) -> list[tuple[int, str]]:
 
 
 def _free_uid() -> int:
-    import pwd
-
     for _ in range(100):
         uid = _UID_BASE + random.randrange(_UID_SPAN)
         try:

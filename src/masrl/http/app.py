@@ -270,7 +270,7 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
 
     Raises RuntimeError when `proc` (the server's process, if we started it) exits first, with
     its output when it was piped, or when `timeout` seconds pass (then `proc` is killed)."""
-    import httpx
+    import httpx  # lazy: ~0.1 s that only a command waiting for a server should pay, not the gateway's import
 
     deadline = time.monotonic() + timeout
     while True:
@@ -289,7 +289,7 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
 
 def run(app, settings: ServerSettings) -> None:
     """Serve `app` with uvicorn until SIGINT/SIGTERM; in-flight requests finish first."""
-    import uvicorn
+    import uvicorn  # lazy: the server itself, only when an app is served (docs/architecture.md, rule 3)
 
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
                 timeout_graceful_shutdown=settings.grace_seconds)  # fmt: skip
