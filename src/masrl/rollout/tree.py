@@ -232,7 +232,8 @@ class _Forest:
         for slot, task in self.tasks.items():
             try:
                 start = call_hook("start", self.system.start, task)
-                roots += [_Node(slot, start, None, 0, plan, first) for plan, first in _roots(self.system, start, task, self.rule)]
+                plans = _roots(self.system, start, task, self.rule)
+                roots += [_Node(slot, start, None, 0, plan, first) for plan, first in plans]
             except HookFailed as failure:
                 self._fail(slot, failure)
         await self._grow(roots)
