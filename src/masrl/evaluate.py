@@ -96,7 +96,7 @@ def evaluate(engine, items: Sequence[TaskItem]) -> EvalResult:
     ok = [c for c in finals if not c.failed]
     tokens = [sum(c.reply.tokens_out for c in ep.calls if c.reply) for ep in episodes]
     n = max(len(items), 1)
-    extra = engine.hooks.eval_metrics  # found when the system was built (rollout.tree.SystemHooks)
+    extra = engine.hooks.eval_metrics  # found when the system was built (rollout.hooks.SystemHooks)
     own = engine.hooks.eval_item_metrics  # a system's per-item numbers (search: F1, EM)
     per_item = {
         "accuracy": tuple(0.0 if c.failed else float(c.rewards.get("correct", 0.0)) for c in finals),

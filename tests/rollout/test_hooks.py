@@ -6,7 +6,7 @@ from smoke import tiny_run
 
 from masrl.loading import load_config
 from masrl.engine import build_engine
-from masrl.rollout.tree import Expands, Observes, Stateful, SystemHooks
+from masrl.rollout.hooks import Expands, Observes, Stateful, SystemHooks
 from masrl.registry import resolve_system
 
 
