@@ -66,7 +66,8 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, k
     return list(dict.fromkeys(out))
 
 
-def _has_reason(lines: list[str], lineno: int) -> bool:
+def has_lazy_reason(lines: list[str], lineno: int) -> bool:
+    """A `# lazy:` comment on line `lineno` (1-based) of `lines` or in the comment lines just above it."""
     if LAZY in lines[lineno - 1]:
         return True
     k = lineno - 2
@@ -92,7 +93,7 @@ def imports(root: Path = ROOT) -> list[Import]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _targets(node, module, path.name == "__init__.py", known):
-                    out.append(Import(module, target, node.lineno, id(node) in inside, _has_reason(lines, node.lineno)))
+                    out.append(Import(module, target, node.lineno, id(node) in inside, has_lazy_reason(lines, node.lineno)))
     return out
 
 

@@ -203,7 +203,7 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
         train(config)
 
 
-def test_load_engine_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides, run_dir):
+def test_load_parts_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides, run_dir):
     config = tiny_config("trainer.steps=1", "eval.before=false")
     train(config)
     trained = load_parts(str(run_dir))  # the run's saved config and its step-1 adapter

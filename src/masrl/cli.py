@@ -1,4 +1,4 @@
-"""`masrl train | eval | compare | view | models | systems | report | serve`, and the commands systems add.
+"""`masrl train | eval | compare | baseline | view | models | systems | report | serve`, and the commands systems add.
 
 Every failure a user can cause or fix prints one line starting `masrl:` that says what to do, and
 exits with its `ExitCode` (docs/usage.md): 2 for a config or argument mistake, 3 for the machine (a
@@ -17,6 +17,7 @@ import sys
 import webbrowser
 from pathlib import Path
 
+from masrl.baseline import BUDGETS, dry_run_text, plan, tables, train_planned
 from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
 from masrl.components import MissingComponent, cache_dir, status
 from masrl.compare import compare_runs
@@ -40,7 +41,23 @@ from masrl.view import write_page
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="masrl", description="Train multi-agent LLM systems with RL.")
     sub = p.add_subparsers(dest="command", required=True)
+    _training_commands(sub)
+    _result_commands(sub)
+    g = sub.add_parser("config", help="every config key with its type, default and description (and a config's values)")
+    g.add_argument("config", nargs="?", help="a YAML config or a shipped config's name: its values and its system's keys")
+    g.add_argument("overrides", nargs="*", help="dotted overrides, e.g. system.kind=budget")
+    g.add_argument("--markdown", action="store_true", help="print docs/config.md (the engine's keys as tables)")
+    sub.add_parser("models", help="list the built-in models and whether they are ready")
+    sub.add_parser("systems", help="list the systems and task families available, built in and installed")
+    _serve_command(sub)
+    for name, (spec, command) in _system_commands().items():
+        c = sub.add_parser(name, help=f"{command.help} (system {spec.kind})")
+        command.arguments(c)
+    return p
 
+
+def _training_commands(sub) -> None:
+    """`train` and `eval`."""
     t = sub.add_parser("train", help="train with a config (default: the packaged critique-and-routing controller demo)")
     t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
@@ -53,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.size=50 model.name=tiny")
     e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
 
+
+def _result_commands(sub) -> None:
+    """`compare`, `baseline`, `view`, `report`: reading (and for `baseline`, matching) finished runs."""
     c = sub.add_parser("compare", help="results with 95%% intervals; paired differences on the same items")
     c.add_argument("runs", nargs="+", metavar="RUN",
                    help="one run (its methods against each other) or two (A - B); a prefix of seed runs pools them")
@@ -61,23 +81,32 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--step", type=int, action="append", default=[], metavar="N",
                    help="read the evaluation after step N (eval.every) instead of the final one; "
                         "give it twice for A's and B's steps")  # fmt: skip
+    c.add_argument("--items-only", action="store_true",
+                   help="resample the seeds' pooled items only, not seeds then items (the default for several seeds)")
+    b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
+                       "training time, equal sampled tokens) and print the paired table",
+                       description="For each seed run of RUN: a single agent on its base model, task family, held-out "
+                       "items and machine settings, trained as single-arithmetic trains it, for the run's training "
+                       "seconds (sampling + update) or its sampled tokens; then team minus single with intervals "
+                       "and the inference cost per item (docs/usage.md)")  # fmt: skip
+    b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
+    b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")
+    b.add_argument("--budget", choices=("time", "tokens", "both"), default="both",
+                   help="equal training time (trainer.max_minutes), equal sampled tokens, or both (default)")
+    b.add_argument("--seeds", type=int, metavar="N", help="match the first N seed runs of RUN (default: all)")
+    b.add_argument("--out", metavar="PREFIX", help="train into PREFIX-time-seedK and PREFIX-tokens-seedK "
+                   "(default PREFIX: RUN-single)")  # fmt: skip
+    b.add_argument("--dry-run", action="store_true", help="print the configs it would train, and stop")
 
     v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")
     v.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or prefixes of seed runs), overlaid")
     v.add_argument("--out", help="the HTML file to write (default: RUN/view.html for one run, else masrl-view.html)")
     v.add_argument("--no-open", action="store_true", help="only write the file; do not open a browser")
-
-    g = sub.add_parser("config", help="every config key with its type, default and description (and a config's values)")
-    g.add_argument("config", nargs="?", help="a YAML config or a shipped config's name: its values and its system's keys")
-    g.add_argument("overrides", nargs="*", help="dotted overrides, e.g. system.kind=budget")
-    g.add_argument("--markdown", action="store_true", help="print docs/config.md (the engine's keys as tables)")
-
-    sub.add_parser("models", help="list the built-in models and whether they are ready")
-    sub.add_parser("systems", help="list the systems and task families available, built in and installed")
-
     r = sub.add_parser("report", help="write RUN_DIR/report.html (`masrl view`'s page as one file) and print the curve")
     r.add_argument("run_dir", help="a run directory")
 
+
+def _serve_command(sub) -> None:
     s = sub.add_parser("serve", help="serve a run's trained system over an OpenAI-compatible HTTP API "
                        "(or, with --inference MODEL, a model that loads LoRA adapters at runtime)")  # fmt: skip
     s.add_argument("run_dir", nargs="?", help="a run directory (not with --inference)")
@@ -96,10 +125,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="require Authorization: Bearer KEY (default: $MASRL_API_KEY; unset: no key)")
     s.add_argument("--max-concurrency", type=int, default=64, help="requests answered at once; more get 429")
     s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413")
-    for name, (spec, command) in _system_commands().items():
-        c = sub.add_parser(name, help=f"{command.help} (system {spec.kind})")
-        command.arguments(c)
-    return p
 
 
 def _system_commands() -> dict:
@@ -274,10 +299,32 @@ def _eval(args) -> int:
 
 def _compare(args) -> int:
     try:
-        print(compare_runs([Path(r) for r in args.runs], args.metric, args.method, args.step))
+        print(compare_runs([Path(r) for r in args.runs], args.metric, args.method, args.step, not args.items_only))
     except (FileNotFoundError, ValueError) as exc:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _baseline(args) -> int:
+    """`masrl baseline RUN`: plan the single-agent runs (one per seed run and budget), train them, print the tables."""
+    budgets = BUDGETS if args.budget == "both" else (args.budget,)
+    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides)
+    if args.dry_run:
+        print(dry_run_text(planned))
+        return 0
+    from masrl.train import Interrupted, train  # lazy: torch
+
+    preflight(planned[0].config)  # the model and dataset every planned run needs (they share both)
+    try:
+        train_planned(planned, train)
+    except TrainingError as exc:
+        print(f"masrl: training stopped: {exc}", file=sys.stderr)
+        return 1
+    except Interrupted as exc:  # SIGINT or SIGTERM: the run in progress was checkpointed; run the command again
+        print(f"masrl: {exc}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    print(tables(Path(args.run), planned))
     return 0
 
 
@@ -403,7 +450,7 @@ def _serve_inference(args, settings) -> int:
 
 
 _COMMANDS = {
-    "train": _train, "eval": _eval, "compare": _compare, "view": _view, "config": _config, "models": _models,
+    "train": _train, "eval": _eval, "compare": _compare, "baseline": _baseline, "view": _view, "config": _config, "models": _models,
     "systems": _systems,
     "report": _report, "serve": _serve,
 }  # fmt: skip

@@ -5,7 +5,12 @@ A run's final evaluation (RUN_DIR/evals/step-N.json, or eval.json from
 A path that is not a run directory but the prefix of seed siblings
 (`runs/router` for runs/router-seed0, runs/router-seed1, ... from
 `masrl train --seeds N`) stands for all of them: each method's per-item
-scores are averaged over the seeds (masrl.stats.pool_seeds).
+scores are averaged over the seeds (masrl.stats.pool_seeds), and where a side
+has several seeds its intervals are two-level (masrl.stats.two_level_mean:
+seeds, then items), so they count the seed-to-seed spread; two sides with
+the same seeds (run.seed) pair by seed, others are drawn independently.
+`--items-only` (`two_level=False`) resamples the pooled items alone. Every
+table says which interval it uses (`interval_note`).
 
 - `masrl compare RUN`: every method of the run's evaluation with its 95%
   interval, and the paired difference of the system's own method (listed
@@ -25,11 +30,15 @@ RUN_DIR/results.json, for systems evaluated by greedy episodes (the default run'
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from masrl.evaluate import ItemScores, final_eval_path, read_eval_items
-from masrl.stats import Interval, align, bootstrap_mean, paired_difference, pool_seeds
+import yaml
+
+from masrl.stats import (
+    Interval, align, bootstrap_mean, paired_difference, pool_seeds, seed_rows, two_level_difference, two_level_mean,
+)
 
 
 def seed_runs(path: Path) -> list[Path]:
@@ -51,6 +60,8 @@ class Evaluated:
     ids: tuple[str, ...]
     scores: dict[str, list[float]]  # metric -> per item (mean over seeds)
     seed_means: dict[str, list[float]]  # metric -> one mean per seed (the seeds' spread)
+    per_seed: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> [seed][item], items as `ids`
+    seeds: tuple[int, ...] = (0,)  # each run's run.seed: two sides with the same seeds pair by seed
 
 
 def load_evaluated(path: Path, step: int | None = None) -> list[Evaluated]:
@@ -61,11 +72,20 @@ def load_evaluated(path: Path, step: int | None = None) -> list[Evaluated]:
         return pool_methods([read_eval_items(Path(path))])
     runs = seed_runs(path)
     per_run = [read_eval_items(final_eval_path(r, step)) for r in runs]
-    return pool_methods(per_run)
+    return pool_methods(per_run, tuple(run_seed(r, k) for k, r in enumerate(runs)))
 
 
-def pool_methods(per_run: Sequence[Sequence[ItemScores]]) -> list[Evaluated]:
-    """Methods present in every run, each pooled per item over the runs (pure)."""
+def run_seed(run: Path, index: int) -> int:
+    """The run.seed a run directory was trained with (its saved config), else its place in the group."""
+    config = Path(run) / "config.yaml"
+    saved = (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
+    seed = (saved.get("run") or {}).get("seed")
+    return int(seed) if isinstance(seed, int) else index
+
+
+def pool_methods(per_run: Sequence[Sequence[ItemScores]], seeds: Sequence[int] = ()) -> list[Evaluated]:
+    """Methods present in every run, each pooled per item over the runs, with each run's values kept
+    (`seeds`: the runs' run.seed, default 0, 1, ...) (pure)."""
     names = [s.method for s in per_run[0] if all(any(o.method == s.method for o in run) for run in per_run)]
     out = []
     for name in names:
@@ -75,7 +95,8 @@ def pool_methods(per_run: Sequence[Sequence[ItemScores]]) -> list[Evaluated]:
         for k in metrics:
             ids, pooled[k] = pool_seeds([r.ids for r in runs], [r.scores[k] for r in runs])
         seed_means = {k: [sum(r.scores[k]) / max(len(r.ids), 1) for r in runs] for k in metrics}
-        out.append(Evaluated(name, tuple(ids or ()), pooled, seed_means))
+        rows = {k: seed_rows([r.ids for r in runs], [r.scores[k] for r in runs], ids)[1] for k in metrics}
+        out.append(Evaluated(name, tuple(ids or ()), pooled, seed_means, rows, tuple(seeds) or tuple(range(len(runs)))))
     return out
 
 
@@ -84,14 +105,36 @@ def digits(metric: str) -> int:
     return 6 if metric == "cost" else 3
 
 
-def interval(e: Evaluated, metric: str, seed: int = 0) -> Interval:
+def interval(e: Evaluated, metric: str, two_level: bool = False, seed: int = 0) -> Interval:
+    """The metric's mean with its interval: with `two_level` and several seeds, seeds then items; else
+    the items of the pooled scores (what the run page's captions say: "seeds pooled per item")."""
+    if two_level and len(e.seeds) > 1:
+        return two_level_mean(e.per_seed[metric], seed=seed)
     return bootstrap_mean(e.scores[metric], seed=seed)
 
 
-def difference(a: Evaluated, b: Evaluated, metric: str, seed: int = 0) -> Interval:
-    """mean(a - b) over the items both scored, paired by item id."""
+def difference(a: Evaluated, b: Evaluated, metric: str, two_level: bool = False, seed: int = 0) -> Interval:
+    """mean(a - b) over the items both scored, paired by item id; with several seeds a side (and
+    `two_level`), seeds then items, the seeds paired when both sides have the same ones."""
+    if two_level and max(len(a.seeds), len(b.seeds)) > 1:
+        common = align(a.ids, a.ids, b.ids, b.ids)[0]  # the ids both scored, in a's order
+        rows_a = seed_rows([a.ids] * len(a.seeds), a.per_seed[metric], common)[1]
+        rows_b = seed_rows([b.ids] * len(b.seeds), b.per_seed[metric], common)[1]
+        return two_level_difference(rows_a, rows_b, paired_seeds=a.seeds == b.seeds, seed=seed)
     x, y = align(a.ids, a.scores[metric], b.ids, b.scores[metric])
     return paired_difference(x, y, seed=seed)
+
+
+def interval_note(sides: Sequence[Evaluated], two_level: bool = True) -> str:
+    """The line under a table that says which interval it uses."""
+    counts = sorted({len(e.seeds) for e in sides})
+    seeds = "/".join(str(c) for c in counts)
+    if two_level and counts[-1] > 1:
+        paired = "" if len(sides) < 2 or len({e.seeds for e in sides}) == 1 else "; sides' seeds drawn independently"
+        return (f"intervals: seeds+items (two-level bootstrap over {seeds} seeds, then the held-out items; "
+                f"differences paired by item{'' if paired else ' and by seed'}{paired})")  # fmt: skip
+    pooled = f"; {seeds} seeds pooled per item, their spread not counted" if counts[-1] > 1 else ""
+    return f"intervals: items (bootstrap over the held-out items{pooled}; differences paired by item)"
 
 
 def _metric_of(methods: Sequence[Evaluated], metric: str) -> None:
@@ -106,50 +149,50 @@ def _seeds_cell(e: Evaluated, metric: str) -> str:
     return "" if len(means) < 2 else f" (seeds {min(means):.{d}f}-{max(means):.{d}f})"
 
 
-def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy") -> str:
+def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy", two_level: bool = True) -> str:
     """Markdown: each method's metric with its interval, and the first method minus it (paired)."""
     _metric_of(methods, metric)
     first = methods[0]
     lines = [f"| method | {metric} [95% CI] | {first.method} minus it [95% CI] |", "|---|---|---|"]
     for m in methods:
         d = digits(metric)
-        diff = "" if m is first else difference(first, m, metric).format(d)
-        lines.append(f"| {m.method} | {interval(m, metric).format(d)}{_seeds_cell(m, metric)} | {diff} |")
-    return "\n".join(lines)
+        diff = "" if m is first else difference(first, m, metric, two_level).format(d)
+        lines.append(f"| {m.method} | {interval(m, metric, two_level).format(d)}{_seeds_cell(m, metric)} | {diff} |")
+    return "\n".join([*lines, "", interval_note(methods, two_level)])
 
 
 def between_runs_text(a_name: str, a: Sequence[Evaluated], b_name: str, b: Sequence[Evaluated],
-                      metric: str = "accuracy", method: str | None = None) -> str:  # fmt: skip
+                      metric: str = "accuracy", method: str | None = None, two_level: bool = True) -> str:  # fmt: skip
     """Both runs' methods with intervals, then the paired difference A - B of `method` (default: each first)."""
     _metric_of([*a, *b], metric)
     lines = [f"| run | method | {metric} [95% CI] | items |", "|---|---|---|---|"]
     for name, methods in ((a_name, a), (b_name, b)):
         for m in methods:
-            cell = f"{interval(m, metric).format(digits(metric))}{_seeds_cell(m, metric)}"
+            cell = f"{interval(m, metric, two_level).format(digits(metric))}{_seeds_cell(m, metric)}"
             lines.append(f"| {name} | {m.method} | {cell} | {len(m.ids)} |")
     pick = (lambda ms: next((m for m in ms if m.method == method), None)) if method else (lambda ms: ms[0])
     ma, mb = pick(a), pick(b)
     if ma is None or mb is None:
         raise ValueError(f"method {method!r} is not in both runs: {[m.method for m in a]} / {[m.method for m in b]}")
-    diff = difference(ma, mb, metric)
+    diff = difference(ma, mb, metric, two_level)
     lines += ["", f"paired difference ({a_name}: {ma.method}) - ({b_name}: {mb.method}), {metric}, "
               f"{diff.n} common items: {diff.format(digits(metric))}" + ("" if diff.excludes_zero() else " (the interval holds 0)")]  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join([*lines, interval_note([ma, mb], two_level)])
 
 
 def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | None = None,
-                 steps: Sequence[int | None] = ()) -> str:  # fmt: skip
+                 steps: Sequence[int | None] = (), two_level: bool = True) -> str:  # fmt: skip
     """`steps`: the evaluation after which step each path's runs are read (one for all, or one per path;
     none: the final ones), e.g. two runs at equal steps, or at the steps each reached in equal time."""
     if len(steps) > 1 and len(steps) != len(paths):
         raise ValueError(f"give one --step for every run or one for all: {len(steps)} for {len(paths)} runs")
     at = list(steps) * len(paths) if len(steps) == 1 else list(steps) or [None] * len(paths)
     if len(paths) == 1:
-        return within_run_table(load_evaluated(paths[0], at[0]), metric)
+        return within_run_table(load_evaluated(paths[0], at[0]), metric, two_level)
     if len(paths) == 2:
         a, b = (f"{p}" + (f" (step {s})" if s is not None else "") for p, s in zip(paths, at))
         return between_runs_text(a, load_evaluated(paths[0], at[0]), b, load_evaluated(paths[1], at[1]),
-                                 metric, method)  # fmt: skip
+                                 metric, method, two_level)  # fmt: skip
     raise ValueError(f"compare takes one or two runs, got {len(paths)}")
 
 

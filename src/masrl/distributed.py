@@ -47,6 +47,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist  # loaded by `import torch` already: no cost
+import torch.multiprocessing as mp
 
 T = TypeVar("T")
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -58,22 +60,16 @@ class RankFailed(RuntimeError):
 
 # ------------------------------------------------------------------ who am I
 def _group() -> bool:
-    import torch.distributed as dist
-
     return dist.is_available() and dist.is_initialized()
 
 
 def rank() -> int:
     """This process's rank; 0 outside a process group."""
-    import torch.distributed as dist
-
     return dist.get_rank() if _group() else 0
 
 
 def world_size() -> int:
     """Processes in the group; 1 outside one."""
-    import torch.distributed as dist
-
     return dist.get_world_size() if _group() else 1
 
 
@@ -91,8 +87,6 @@ def init_from_env(device: torch.device, timeout_minutes: float) -> None:
 
     Every collective that waits longer than `timeout_minutes` for a peer fails
     instead of hanging (on gloo a dead peer's closed socket fails it sooner)."""
-    import torch.distributed as dist
-
     if _group():
         return
     missing = [k for k in ENV if k not in os.environ and k != "LOCAL_RANK"]
@@ -113,8 +107,6 @@ def shutdown(wait_for_peers: bool = True) -> None:
     its connections while it was still tearing down, which a rank that finished
     first and exited did now and then. After an error no rank waits: the
     launcher's watchdog stops the others."""
-    import torch.distributed as dist
-
     if _group():
         if wait_for_peers:
             dist.barrier()
@@ -140,8 +132,6 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
     gradient keeps `grad = None` (AdamW then skips it, as in one process)."""
     if world_size() == 1 or not params:
         return
-    import torch.distributed as dist
-
     device = params[0].device
     present = torch.tensor([float(p.grad is not None) for p in params], device=device)  # [P]
     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params])
@@ -167,8 +157,6 @@ def broadcast(obj: Any) -> Any:
     """Rank 0's `obj` on every rank (pickled); the object itself with one process."""
     if world_size() == 1:
         return obj
-    import torch.distributed as dist
-
     box = [obj if is_main() else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -178,8 +166,6 @@ def gather(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order, on every rank."""
     if world_size() == 1:
         return [obj]
-    import torch.distributed as dist
-
     parts: list[Any] = [None] * world_size()
     dist.all_gather_object(parts, obj)
     return parts
@@ -189,8 +175,6 @@ def roll_call() -> str | None:
     """'2 processes (gloo): rank 0 pid 11, rank 1 pid 12' (a collective); None with one process."""
     if world_size() == 1:
         return None
-    import torch.distributed as dist
-
     pids = gather(os.getpid())
     ranks = ", ".join(f"rank {r} pid {pid}" for r, pid in enumerate(pids))
     return f"{world_size()} processes ({dist.get_backend()}): {ranks}"
@@ -210,8 +194,6 @@ def launch(fn: Callable[..., None], processes: int, args: tuple) -> None:
     The parent is the watchdog: as soon as one rank exits with an error or is
     killed, the others are stopped (SIGTERM, then SIGKILL after a grace
     period) and `RankFailed` says which rank ended and how."""
-    import torch.multiprocessing as mp
-
     port = free_port()
     context = mp.start_processes(_rank_main, args=(processes, port, fn, args), nprocs=processes, join=False,
                                  start_method="spawn")  # fmt: skip

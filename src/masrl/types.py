@@ -93,7 +93,7 @@ class SystemCodeError(RuntimeError):
     """The system's own code raised, or asked for an agent nobody serves, and the run stops (exit code 4).
 
     The message is one line naming the system, its hook, the file and line and the exception; the
-    traceback is in the run directory's errors.log (masrl.rollout.tree.SystemErrors)."""
+    traceback is in the run directory's errors.log (masrl.rollout.system_errors.SystemErrors)."""
 
 
 @dataclass(frozen=True)

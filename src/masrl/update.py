@@ -117,22 +117,9 @@ def update_policy(
         for _ in range(settings.epochs):
             optimizer.zero_grad(set_to_none=True)
             for i, mb in enumerate(batches):
-                logp, mask = _logprobs(model, policy, mb, settings, grad=True)  # [B, R]
-                old_logp = old[i] if old is not None else logp.detach()
-                ref = _logprobs(model, None, mb, settings, grad=False)[0] if settings.kl_coef > 0 else None
-                adv = advantage_tensor(mb, logp.shape[1], logp.dtype).to(logp.device)  # [B] or [B, R]
-                weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype, device=logp.device)  # [B]
-                behavior = None
-                if settings.decoupled:  # pi_prox is old_logp: the weights this update started from
-                    behav = behavior_tensor(mb, old_logp).to(logp.device)  # [B, R]
-                    behavior = behavior_weights(old_logp, behav, mask, settings.behavior_cap)
-                loss, metrics = total_loss(
-                    logp, old_logp, ref, adv, mask, settings.kl_coef, settings.aggregation, normalizer,
-                    weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high, behavior=behavior,
-                )  # fmt: skip
-                loss.backward()
+                old_logp = old[i] if old is not None else None
+                metrics, mask = _micro_batch(model, policy, mb, old_logp, settings, normalizer)
                 if settings.decoupled:
-                    metrics.update(behavior_metrics(old_logp, behav, mask, settings.behavior_cap))
                     for k, pick in EXTREMES.items():
                         if k in metrics:
                             v = metrics.pop(k)
@@ -155,6 +142,31 @@ def update_policy(
     out["samples"] = float(len(samples))
     out["response_tokens"] = tokens
     return out
+
+
+def _micro_batch(
+    model: PolicyModel, policy: str, mb: Sequence[Sample], old_logp: torch.Tensor | None, settings: UpdateSettings,
+    normalizer: float,
+) -> tuple[dict[str, float], torch.Tensor]:  # fmt: skip
+    """One micro-batch's loss, backpropagated (its gradient adds to the others'): its metrics and its
+    response mask [B, R]. `old_logp` None: one epoch, the current log-probs detached."""
+    logp, mask = _logprobs(model, policy, mb, settings, grad=True)  # [B, R]
+    old_logp = old_logp if old_logp is not None else logp.detach()
+    ref = _logprobs(model, None, mb, settings, grad=False)[0] if settings.kl_coef > 0 else None
+    adv = advantage_tensor(mb, logp.shape[1], logp.dtype).to(logp.device)  # [B] or [B, R]
+    weights = torch.tensor([s.weight for s in mb], dtype=logp.dtype, device=logp.device)  # [B]
+    behavior = None
+    if settings.decoupled:  # pi_prox is old_logp: the weights this update started from
+        behav = behavior_tensor(mb, old_logp).to(logp.device)  # [B, R]
+        behavior = behavior_weights(old_logp, behav, mask, settings.behavior_cap)
+    loss, metrics = total_loss(
+        logp, old_logp, ref, adv, mask, settings.kl_coef, settings.aggregation, normalizer,
+        weights=weights, clip_low=settings.clip_low, clip_high=settings.clip_high, behavior=behavior,
+    )  # fmt: skip
+    loss.backward()
+    if settings.decoupled:
+        metrics.update(behavior_metrics(old_logp, behav, mask, settings.behavior_cap))
+    return metrics, mask
 
 
 EXTREMES = {"behavior_weight_min": min, "behavior_weight_max": max}

@@ -14,7 +14,8 @@ from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
 from masrl.algos.credit import CREDITS, GROUPINGS, trainable_calls
 from masrl.loading import load_config
-from masrl.rollout.tree import BRANCH_RULES, PerTurnGreedy, Step, Transition, expand
+from masrl.rollout.rules import BRANCH_RULES, PerTurnGreedy
+from masrl.rollout.tree import Step, Transition, expand
 from masrl.scoring import score
 from masrl.types import Call, Episode, Message, Reply, TaskItem
 

@@ -4,7 +4,8 @@ from fractions import Fraction
 
 import pytest
 
-from masrl.pools.slips import check_draft, equations, evaluate
+from masrl.pools.slips import check_draft, equations
+from masrl.tasks.calculator import evaluate
 
 
 def test_a_false_step_and_a_true_one():

@@ -6,8 +6,8 @@ from smoke import tiny_run
 
 from masrl.loading import load_config
 from masrl.parts import build_parts
-from masrl.rollout.tree import Expands, Observes, Stateful, SystemHooks
 from masrl.registry import resolve_system
+from masrl.rollout.hooks import Expands, Observes, Stateful, SystemHooks
 
 
 class Plain:

@@ -1,4 +1,4 @@
-"""A system's own exceptions in a rollout (rollout.on_system_error, masrl.rollout.tree.SystemErrors).
+"""A system's own exceptions in a rollout (rollout.on_system_error, masrl.rollout.system_errors.SystemErrors).
 
 No model: the agent answers every prompt with one fixed reply, so every episode, call id and count
 below is written out by hand. tests/test_system_errors.py runs the same system on the tiny model.
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from faulty_system import Faulty, FaultyConfig
 
+from masrl.rollout.hooks import SystemHooks, check_system
+from masrl.rollout.rules import FullTree
 from masrl.rollout.system_errors import SystemErrors, raised_at
-from masrl.rollout.tree import EnvSteps, FullTree, Parallel, SystemHooks, check_system, rollout
+from masrl.rollout.tree import EnvSteps, Parallel, rollout
 from masrl.sandbox import SandboxError
 from masrl.types import Reply, SystemCodeError, TaskItem
 

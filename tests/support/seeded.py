@@ -6,7 +6,8 @@ again on 2026-11-27 when `rollout.engine: auto` made the lean engine sample on C
 the router, single-arithmetic and turns-math cases still logged the earlier numbers exactly), with the new
 default config (the team) added and the router's case renamed from `default` to `router`; and again the
 same day when the policy loss began logging `neg_logp` (every other number unchanged, compared key by key).
-Record again (only when a change is meant to move the numbers, and say so in the commit) with
+The team-calculator and single-calculator cases were added on 2026-11-28 with their configs (issue 48),
+recorded alone (`--record PATH team-calculator single-calculator`). Record again (only when a change is meant to move the numbers, and say so in the commit) with
 
     .venv/bin/python tests/support/seeded.py --record tests/support/data/seeded_metrics.json
 """
@@ -37,12 +38,14 @@ ROUTER = ("system.baselines=[single,random]", "system.label_items=12")
 # config -> its overrides (recorded in the old layout, router.* / pool.* / search.*; run in today's)
 CASES: dict[str, tuple[str, ...]] = {
     "default": SMALL,
+    "team-calculator": SMALL,
     "router": (*SMALL, *ROUTER),
     "router-single-turn": (*SMALL, *ROUTER),
     "router-dual-ascent": (*SMALL, *ROUTER),
     "router-solver": SMALL,
     "router-champ": (*SMALL, "system.baselines=[single]", "task.path={champ}"),
     "single-arithmetic": SMALL,
+    "single-calculator": SMALL,
     "budget-grpo": SMALL,
     "budget-ppo": SMALL,
     "puppeteer-llm": (*SMALL, "system.depth=2"),

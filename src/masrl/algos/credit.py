@@ -18,7 +18,7 @@ use `immediate` credit, R(c) = c.reward: each of the K candidates drawn at an
 (eq. 4), because under greedy continuation only the best one has a future
 and a return-to-go would compare a trajectory with single actions. Their
 grouping is `agent_turn`: the key hash(e, i, t) of Algorithm 1, line 11
-(episode, agent, turn). Under the per-turn greedy tree (rollout.tree.PerTurnGreedy)
+(episode, agent, turn). Under the per-turn greedy tree (rollout.rules.PerTurnGreedy)
 one node per (agent, turn) branches, so these groups are exactly the sibling
 candidates drawn from one observation.
 

@@ -183,28 +183,53 @@ def create_app(backend: Backend, settings: ServerSettings = ServerSettings(), ti
     app = FastAPI(title=title)
     for router in routers:
         app.include_router(router)
-    registry = CollectorRegistry()
-    requests = Counter("masrl_http_requests", "requests answered", ["route", "status"], registry=registry)
-    latency = Histogram("masrl_http_request_seconds", "time to answer a chat request", ["route"], registry=registry,
-                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
-    in_flight = Gauge("masrl_http_in_flight", "requests being answered", registry=registry)
-    refused = Counter("masrl_http_refused", "requests refused before the app (auth, size, busy)", ["status"],
-                      registry=registry)  # fmt: skip
-    register = getattr(backend, "register_metrics", None)
-    if register is not None:
-        register(registry)
-    started = int(time.time())
-
-    def error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
-        return JSONResponse(status_code=status, content=error_body(message, kind, code))
+    metrics = _Metrics.of(backend)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in exc.errors()
         )
-        requests.labels(request.url.path, "400").inc()
-        return error(400, f"invalid request: {problems}")
+        metrics.requests.labels(request.url.path, "400").inc()
+        return _error(400, f"invalid request: {problems}")
+
+    _add_info_routes(app, backend, metrics.registry)
+    _add_chat_route(app, backend, metrics)
+    return Limits(app, settings, metrics.in_flight, metrics.refused)
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    """The server's Prometheus metrics (GET /metrics), in a registry of its own with the backend's."""
+
+    registry: CollectorRegistry
+    requests: Counter
+    latency: Histogram
+    in_flight: Gauge
+    refused: Counter
+
+    @classmethod
+    def of(cls, backend: Backend) -> _Metrics:
+        registry = CollectorRegistry()
+        requests = Counter("masrl_http_requests", "requests answered", ["route", "status"], registry=registry)
+        latency = Histogram("masrl_http_request_seconds", "time to answer a chat request", ["route"],
+                            registry=registry, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
+        in_flight = Gauge("masrl_http_in_flight", "requests being answered", registry=registry)
+        refused = Counter("masrl_http_refused", "requests refused before the app (auth, size, busy)", ["status"],
+                          registry=registry)  # fmt: skip
+        register = getattr(backend, "register_metrics", None)
+        if register is not None:
+            register(registry)
+        return cls(registry, requests, latency, in_flight, refused)
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content=error_body(message, kind, code))
+
+
+def _add_info_routes(app: FastAPI, backend: Backend, registry: CollectorRegistry) -> None:
+    """GET /health, /metrics and /v1/models."""
+    started = int(time.time())
 
     @app.get("/health")
     async def health() -> dict:
@@ -220,6 +245,11 @@ def create_app(backend: Backend, settings: ServerSettings = ServerSettings(), ti
                 for m in backend.models()]  # fmt: skip
         return {"object": "list", "data": data}
 
+
+def _add_chat_route(app: FastAPI, backend: Backend, metrics: _Metrics) -> None:
+    """POST /v1/chat/completions: one reply (n=1), whole or streamed."""
+    requests, latency = metrics.requests, metrics.latency
+
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest):
         route, t0 = "/v1/chat/completions", time.perf_counter()
@@ -229,7 +259,7 @@ def create_app(backend: Backend, settings: ServerSettings = ServerSettings(), ti
             work = backend.prepare(req)
         except HTTPError as exc:
             requests.labels(route, str(exc.status)).inc()
-            return error(exc.status, exc.message, exc.kind, exc.code)
+            return _error(exc.status, exc.message, exc.kind, exc.code)
         model = req.model or backend.models()[0].id
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -239,12 +269,10 @@ def create_app(backend: Backend, settings: ServerSettings = ServerSettings(), ti
             completion = await work()
         except HTTPError as exc:
             requests.labels(route, str(exc.status)).inc()
-            return error(exc.status, exc.message, exc.kind, exc.code)
+            return _error(exc.status, exc.message, exc.kind, exc.code)
         requests.labels(route, "200").inc()
         latency.labels(route).observe(time.perf_counter() - t0)
         return completion_body(completion, model)
-
-    return Limits(app, settings, in_flight, refused)
 
 
 async def _stream(work, model: str, include_usage: bool, requests: Counter, latency: Histogram,
@@ -270,7 +298,7 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
 
     Raises RuntimeError when `proc` (the server's process, if we started it) exits first, with
     its output when it was piped, or when `timeout` seconds pass (then `proc` is killed)."""
-    import httpx
+    import httpx  # lazy: ~0.1 s that only a command waiting for a server should pay, not the gateway's import
 
     deadline = time.monotonic() + timeout
     while True:
@@ -289,7 +317,7 @@ def wait_healthy(url: str, proc: subprocess.Popen | None = None, timeout: float 
 
 def run(app, settings: ServerSettings) -> None:
     """Serve `app` with uvicorn until SIGINT/SIGTERM; in-flight requests finish first."""
-    import uvicorn
+    import uvicorn  # lazy: the server itself, only when an app is served (docs/architecture.md, rule 3)
 
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
                 timeout_graceful_shutdown=settings.grace_seconds)  # fmt: skip

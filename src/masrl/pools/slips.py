@@ -21,10 +21,11 @@ variable in it; an exponent above 64 or a base above 10^6 is skipped.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+
+from masrl.tasks.calculator import evaluate
 
 _NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)")
 # after the stated number: an operator and another operand means the right side is an expression
@@ -32,8 +33,6 @@ _NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)")
 _CONTINUES = re.compile(r"(\s*[-+*/^]\s*[\d(])|[A-Za-z_(]")
 _ARITH_CHAR = re.compile(r"[-+*/().\d\s]")
 _HAS_OPERATOR = re.compile(r"[\d)]\s*(?:[-+*/]|\*\*)\s*[-\d(]|^-\s*\(")  # a binary operation, or "-(...)"
-MAX_EXPONENT = 64
-MAX_BASE = 10**6
 
 
 @dataclass(frozen=True)
@@ -98,35 +97,6 @@ def equations(text: str) -> list[Equation]:
             if value is not None:
                 found.append(Equation(n, lhs, m.group(1), value))
     return found
-
-
-def evaluate(expression: str) -> Fraction | None:
-    """The exact value of plain arithmetic, or None when it is not that (or too large to check)."""
-    try:
-        return _value(ast.parse(expression.strip(), mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError, RecursionError):
-        return None
-
-
-def _value(node: ast.AST) -> Fraction:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return Fraction(str(node.value))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner = _value(node.operand)
-        return -inner if isinstance(node.op, ast.USub) else inner
-    if isinstance(node, ast.BinOp):
-        a, b = _value(node.left), _value(node.right)
-        if isinstance(node.op, ast.Add):
-            return a + b
-        if isinstance(node.op, ast.Sub):
-            return a - b
-        if isinstance(node.op, ast.Mult):
-            return a * b
-        if isinstance(node.op, ast.Div):
-            return a / b
-        if isinstance(node.op, ast.Pow) and b.denominator == 1 and abs(b) <= MAX_EXPONENT and abs(a) <= MAX_BASE:
-            return a ** int(b)
-    raise ValueError("not plain arithmetic")
 
 
 def slip_kind(value: Fraction, stated: Fraction) -> str:

@@ -77,7 +77,7 @@ def _publish(tmp: Path, final: Path) -> None:
 
 class BM25Index:
     def __init__(self, pages: Sequence[Page], cache_dir: str | Path | None = None, k1: float = 1.5, b: float = 0.75):
-        import bm25s
+        import bm25s  # lazy: bm25s and tqdm (~0.1 s); the router and the puppeteer import this module for the encoder alone
 
         if not pages:
             raise ValueError("cannot index an empty corpus")
@@ -106,7 +106,7 @@ class BM25Index:
 
     @staticmethod
     def _tokenize(texts: list[str]) -> list[list[str]]:
-        import bm25s
+        import bm25s  # lazy: as in __init__
 
         return bm25s.tokenize(texts, lower=True, stopwords="en", return_ids=False, show_progress=False)
 

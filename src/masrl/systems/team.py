@@ -10,6 +10,15 @@ propagation (`descendant_mean` carries the final reward to every call that led t
 heterogeneous group advantage estimation (each agent's calls grouped across the task's runs,
 whose inputs differ after the first call, as its fork-on-first sampling makes them).
 
+With `system.checker: calculator` the checker does not judge the draft itself: it writes the
+problem as an expression for a calculator (`<calc>71 + 40</calc>`, masrl.tasks.calculator), and the
+draft goes back to the solver, with the calculator's value, when the two differ. This is the
+feedback from a tool inside the loop that the multi-agent papers rely on (AT-GRPO, arXiv:2510.11062,
+appendix A.2: a tool agent's output is what the reasoner sees next); the checker still earns reward
+only through the solver's final answer, so it learns to write the expression right, and the solver
+to use what it is told. The team keeps the solver's answer: the calculator's value reaches the
+score only through the solver's reply.
+
 The same team is also written as an ordinary program (examples/program-solver-checker), trained
 through the gateway; its prompts and its send-back rule are these, and the tests check that both
 give the same training samples.
@@ -19,29 +28,44 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Literal
+
+from pydantic import Field
 
 from masrl.systems.api import Built, Serving, Step, SystemSection, SystemSpec, Task, Transition
+from masrl.tasks.calculator import calculate, evaluate
 from masrl.types import Episode, Message, Reply, TaskItem
 
 SOLVER = "Compute the result. Reply with the final answer as <answer>NUMBER</answer> and nothing else."
 CHECKER = "You check a draft answer. Reply <verdict>accept</verdict> if it is right, else <verdict>revise</verdict>."
 RETRY = "A checker thinks this is wrong. Compute it again and reply with <answer>NUMBER</answer>."
+CALCULATOR = "Type the problem into a calculator: reply with the expression only, as <calc>12 * 3</calc>."
+TOLD = "A calculator gives {expression} = {value}. Reply with the final answer as <answer>NUMBER</answer>."
 
 
 class TeamConfig(SystemSection):
-    pass
+    checker: Literal["verdict", "calculator"] = Field(
+        "verdict", description="verdict: the checker accepts the draft or sends it back (the default run); "
+        "calculator: the checker writes the problem as <calc>EXPRESSION</calc>, and the draft goes back to the "
+        "solver with the calculator's value when they differ (docs/team.md)",
+    )
 
 
-def solver_messages(question: str, draft: str | None = None) -> tuple[Message, ...]:
-    """The solver's first try, or with its `draft` sent back, its second."""
+def solver_messages(question: str, draft: str | None = None, doubt: str = RETRY) -> tuple[Message, ...]:
+    """The solver's first try, or with its `draft` sent back with the checker's `doubt`, its second."""
     messages = (Message("system", SOLVER), Message("user", question))
     if draft is None:
         return messages
-    return (*messages, Message("assistant", draft), Message("user", RETRY))
+    return (*messages, Message("assistant", draft), Message("user", doubt))
 
 
 def checker_messages(question: str, draft: str) -> tuple[Message, ...]:
     return (Message("system", CHECKER), Message("user", f"Problem: {question}\nDraft: {draft}"))
+
+
+def calculator_messages(question: str) -> tuple[Message, ...]:
+    """The calculator checker needs only the problem: its expression is checked against the draft by the system."""
+    return (Message("system", CALCULATOR), Message("user", question))
 
 
 def sends_back(verdict: str) -> bool:
@@ -55,11 +79,13 @@ class TeamState:
     item: TaskItem
     draft: str | None = None  # the solver's latest reply
     calls: int = 0  # calls made so far: solver, checker, then perhaps the solver again
+    doubt: str = RETRY  # what the solver is told when its draft goes back
 
 
 @dataclass(frozen=True)
 class SolverChecker:
     task: Task
+    checker: str = "verdict"  # TeamConfig.checker
 
     def start(self, item: TaskItem) -> TeamState:
         return TeamState(item)
@@ -69,8 +95,22 @@ class SolverChecker:
         if state.calls == 0:
             return Step("solver", "solver", 0, solver_messages(q))
         if state.calls == 1:
-            return Step("checker", "checker", 1, checker_messages(q, state.draft or ""))
-        return Step("solver", "solver", 2, solver_messages(q, state.draft))
+            asks = calculator_messages(q) if self.checker == "calculator" else checker_messages(q, state.draft or "")
+            return Step("checker", "checker", 1, asks)
+        return Step("solver", "solver", 2, solver_messages(q, state.draft, state.doubt))
+
+    def doubt(self, draft: str, reply: str) -> str | None:
+        """What the solver is told when the checker's `reply` sends its `draft` back, or None when it stays."""
+        if self.checker == "verdict":
+            return RETRY if sends_back(reply) else None
+        told = calculate(reply)
+        if told is None:
+            return None  # no readable expression: the draft stays, as it does on an unreadable verdict
+        expression, value = told
+        found = self.task.extract_answer(draft)
+        if found is not None and evaluate(found) == evaluate(value):
+            return None
+        return TOLD.format(expression=expression, value=value)
 
     def advance(self, state: TeamState, step: Step, reply: Reply) -> Transition:
         calls = state.calls + 1
@@ -78,8 +118,9 @@ class SolverChecker:
             new = replace(state, draft=reply.text, calls=calls)
             done = calls == 3
         else:
-            new = replace(state, calls=calls)
-            done = not sends_back(reply.text)
+            doubt = self.doubt(state.draft or "", reply.text)
+            new = replace(state, calls=calls, doubt=doubt or RETRY)
+            done = doubt is None
         if not done:
             return Transition(new)
         found = self.task.extract_answer(new.draft) if new.draft else None
@@ -92,7 +133,7 @@ class SolverChecker:
 
 def build_team(config, task: Task) -> Built:
     """The two agents share one policy (`shared`): one LoRA adapter learns both roles."""
-    return Built(SolverChecker(task), {"solver": "shared", "checker": "shared"})
+    return Built(SolverChecker(task, config.system.checker), {"solver": "shared", "checker": "shared"})
 
 
 def final_draft(episode: Episode) -> str:

@@ -302,7 +302,7 @@ def _polarity(text: str) -> bool | None:
 def _parse_plain(text: str) -> Any:
     """A sympy expression from plain math text ("2^(n-1)", "C(n, 4)", "(2n)!/(2^n*n!)"), else None."""
     import sympy  # lazy: sympy takes about a second to import
-    from sympy.parsing.sympy_parser import (
+    from sympy.parsing.sympy_parser import (  # lazy: as above
         convert_xor,
         implicit_multiplication_application,
         standard_transformations,
@@ -322,7 +322,7 @@ def _parse_plain(text: str) -> Any:
 
 def _parse_checked(t: str, names: dict, transformations: tuple) -> Any:
     import sympy  # lazy: as above
-    from sympy.parsing.sympy_parser import parse_expr
+    from sympy.parsing.sympy_parser import parse_expr  # lazy: as above
 
     try:
         raw = parse_expr(t, local_dict=names, transformations=transformations, evaluate=False)

@@ -156,7 +156,7 @@ class MathTask:
         return int.from_bytes(digest[:4], "big") >> 2
 
     def _generator(self, seed: int, size: int) -> Any:
-        # Imported here: importing reasoning_gym registers every dataset and
+        # lazy: importing reasoning_gym registers every dataset and
         # costs about 2 s, which `import masrl.tasks` should not pay.
         import reasoning_gym
 
@@ -350,9 +350,9 @@ def _verify(gold: str, answer: str) -> bool:
     raise_on_error=False. So workers run it with the timeout off (None) and
     rely on MAX_VERIFY_CHARS to keep the input small.
     """
-    # Imported here like reasoning_gym: sympy and the LaTeX parser take ~0.5 s.
+    # lazy: like reasoning_gym; sympy and the LaTeX parser take ~0.5 s.
     from math_verify import parse, verify
-    from math_verify.errors import TimeoutException
+    from math_verify.errors import TimeoutException  # lazy: as above
 
     limit = 5 if threading.current_thread() is threading.main_thread() else None
     try:

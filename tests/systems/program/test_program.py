@@ -21,7 +21,8 @@ from masrl.cli import main
 from masrl.config import ConfigError
 from masrl.loading import load_config
 from masrl.parts import build_parts
-from masrl.rollout.tree import Parallel, PerTurnGreedy, expand, rollout
+from masrl.rollout.rules import PerTurnGreedy
+from masrl.rollout.tree import Parallel, expand, rollout
 from masrl.systems.program import interpreter
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.runner import parse_last_line

@@ -13,7 +13,8 @@ from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.advantages import group_ids_from_keys, grpo_mean
 from masrl.algos.credit import group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
-from masrl.rollout.tree import FullTree, expand
+from masrl.rollout.rules import FullTree
+from masrl.rollout.tree import expand
 from masrl.systems.action import Action
 from masrl.systems.router.baselines import SingleAgentRouter
 from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile

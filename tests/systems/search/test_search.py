@@ -31,7 +31,8 @@ from masrl.loading import load_config
 from masrl.retrieval.corpus import SyntheticConfig, write_jsonl
 from masrl.retrieval.synthetic import generate_corpus
 from masrl.retrieval.index import BM25Index
-from masrl.rollout.tree import ForkAt, IndependentSampling, RoundRobin, expand, rollout
+from masrl.rollout.rules import ForkAt, IndependentSampling, RoundRobin
+from masrl.rollout.tree import expand, rollout
 from masrl.systems.search.system import (
     Answer,
     PipelineSettings,

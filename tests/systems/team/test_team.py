@@ -81,3 +81,49 @@ def test_a_served_request_answers_with_the_solvers_last_draft_not_the_verdict():
     revised = (*accepted[:1], call("0.0", "0", "checker", "<verdict>revise</verdict>"),
                call("0.0.0", "0.0", "solver", "<answer>8</answer>"))  # fmt: skip
     assert final_draft(Episode(None, revised)) == "<answer>8</answer>"
+
+
+def calculator_team():
+    task = build_task(load_config("default").task)
+    item = task.items("train", 0, 1)[0]
+    return SolverChecker(task, checker="calculator"), item, item.answer
+
+
+def test_the_calculator_checker_keeps_a_draft_its_expression_agrees_with():
+    system, item, answer = calculator_team()
+    expression = item.question.removeprefix("Calculate ").rstrip(".")
+    asked, out = play(system, item, [f"<answer>{answer}</answer>", f"<calc>{expression}</calc>"])
+    assert asked == ["solver", "checker"] and out.done and out.reward == 1.0
+
+
+def test_the_calculator_checker_sends_a_wrong_draft_back_with_the_value():
+    system, item, answer = calculator_team()
+    expression = item.question.removeprefix("Calculate ").rstrip(".")
+    wrong = f"<answer>{int(answer) + 1}</answer>"
+    state = system.start(item)
+    for text in (wrong, f"<calc>{expression}</calc>"):
+        out = system.advance(state, system.next_step(state), reply(text))
+        state = out.state
+    assert not out.done
+    step = system.next_step(state)  # the solver sees its draft and the calculator's value
+    assert step.agent == "solver"
+    assert step.messages[-1].content == f"A calculator gives {expression} = {answer}. Reply with the final answer as <answer>NUMBER</answer>."
+    out = system.advance(state, step, reply(f"<answer>{answer}</answer>"))
+    assert out.done and out.reward == 1.0  # the solver used the value: the team is right
+
+
+def test_a_calculator_call_that_is_not_arithmetic_leaves_the_draft_as_it_is():
+    """An unreadable call keeps the draft, as an unreadable verdict does; code in the call is never run."""
+    system, item, answer = calculator_team()
+    wrong = f"<answer>{int(answer) + 1}</answer>"
+    for call in ("<calc>__import__('os').system('true')</calc>", "no call at all", "<calc>9**999999</calc>"):
+        asked, out = play(system, item, [wrong, call])
+        assert asked == ["solver", "checker"] and out.done and out.reward == 0.0
+
+
+def test_a_checker_that_agrees_with_every_draft_earns_nothing_for_a_wrong_one():
+    """The checker's reward is the team's final answer: copying the draft into the call keeps a wrong answer."""
+    system, item, answer = calculator_team()
+    wrong = int(answer) + 1
+    asked, out = play(system, item, [f"<answer>{wrong}</answer>", f"<calc>{wrong}</calc>"])
+    assert out.done and out.reward == 0.0

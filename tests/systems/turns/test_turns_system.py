@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from masrl.agents.python_fn import FunctionAgent
-from masrl.rollout.tree import Parallel, PerTurnGreedy, expand
+from masrl.rollout.rules import PerTurnGreedy
+from masrl.rollout.tree import Parallel, expand
 from masrl.systems.turns.system import ROLE_PROMPTS, TurnsSystem
 from masrl.tasks.planpath import PlanPathTask
 from masrl.types import Reply, TaskItem

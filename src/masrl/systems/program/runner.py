@@ -107,14 +107,19 @@ async def run_program(
     except asyncio.CancelledError:
         _kill(proc)
         raise
-    seconds = time.perf_counter() - started
+    return await _ended(proc, bytes(out), bytes(err), flooded, max_output_bytes, time.perf_counter() - started)
+
+
+async def _ended(proc: asyncio.subprocess.Process, out: bytes, err: bytes, flooded: bool, max_output_bytes: int,
+                 seconds: float) -> Outcome:  # fmt: skip
+    """What a program that ended within its time means: a flood (its stdout cut off), a crash, or its last line."""
     if flooded:
         await proc.wait()
         return Outcome(None, None, f"flood: more than {max_output_bytes} bytes on stdout (killed)", seconds)
     if proc.returncode != 0:
         tail = err.decode("utf-8", "replace").strip()[-STDERR_TAIL:]
         return Outcome(None, None, f"crash: exit code {proc.returncode}: {tail}", seconds)
-    answer, reward, fault = parse_last_line(bytes(out))
+    answer, reward, fault = parse_last_line(out)
     return Outcome(answer, reward, fault, seconds)
 
 
