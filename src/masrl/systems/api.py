@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +84,7 @@ class SystemSpec:
     """Everything the engine needs to know of a system; one per system, found by `system.kind`.
 
     The core every system gives (kind, config, build; evaluation, checks, sampler rules and own tasks
-    have defaults), then its optional parts, each its own type: `page`, `commands`, `serving`. The flat
-    keywords `curves=` and `views=` (the page's parts, as docs/api.md first wrote them) are taken into
-    `page` once; read them as `spec.page.curves` and `spec.page.views`."""
+    have defaults), then its optional parts, each its own type: `page`, `commands`, `serving`."""
 
     kind: str
     config: type[SystemSection]  # the `system` section's model
@@ -101,16 +99,7 @@ class SystemSpec:
     needs: Callable[[Config], Sequence[Component]] | None = field(default=None, kw_only=True)
     page: Page = field(default=Page(), kw_only=True)  # its own curves and views on the run's page
     commands: Mapping[str, Command] = field(default_factory=dict)
-    curves: InitVar[tuple[tuple[str, str], ...] | None] = None  # = page=Page(curves=...)
-    views: InitVar[Callable[[Path], Sequence[View]] | None] = None  # = page=Page(views=...)
     serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
-
-    def __post_init__(self, curves, views) -> None:  # the InitVars above: the page's flat keywords
-        if curves is None and views is None:
-            return
-        if self.page != Page():
-            raise TypeError(f"SystemSpec {self.kind!r}: give its page as page=Page(...) or as curves=/views=, not both")
-        object.__setattr__(self, "page", Page(tuple(curves or ()), views))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -45,14 +44,6 @@ from masrl.tasks.base import Task, grade
 from masrl.types import Message, TaskItem
 
 Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> [N, D] float
-
-
-class OneShotRouter(Protocol):
-    name: str
-
-    def choose(self, items: Sequence[TaskItem]) -> list[str]:
-        """One agent name per item: the agent this router wants (caps are applied elsewhere)."""
-        ...
 
 
 @dataclass(frozen=True)
