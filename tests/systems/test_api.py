@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from masrl.systems import api
 from masrl.systems.api import Command, Page, Serving, SystemSpec
 from masrl.systems.single import SingleConfig, build_single
 
@@ -32,3 +35,12 @@ def test_every_documented_keyword_constructs_a_spec():
                       rules=("parallel",), own_tasks=True, page=Page(CURVES, views), serving=Serving(),
                       commands=commands)  # fmt: skip
     assert (spec.commands, spec.page, spec.serving, spec.own_tasks) == (commands, Page(CURVES, views), Serving(), True)
+
+
+def test_every_exported_name_exists_and_docs_api_names_it():
+    """The page is the API's reference: a name added to `__all__` gets its line in docs/api.md."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    prose = re.sub(r"```.*?```", "", doc, flags=re.DOTALL)  # the code blocks aside, every `name` the text quotes
+    quoted = " ".join(re.findall(r"`([^`]+)`", prose))
+    assert [n for n in api.__all__ if not hasattr(api, n)] == []
+    assert [n for n in api.__all__ if not re.search(rf"\b{n}\b", quoted)] == []

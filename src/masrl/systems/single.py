@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from masrl.systems.api import Built, Step, SystemSection, SystemSpec, Task, Transition
-from masrl.tasks.rewards import reward_terms
-from masrl.types import Message, Reply, TaskItem
+from masrl.systems.api import (
+    Built, Message, Reply, Step, SystemSection, SystemSpec, Task, TaskItem, Transition, reward_terms,
+)
 
 
 class SingleConfig(SystemSection):

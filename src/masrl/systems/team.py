@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from masrl.systems.api import Built, Serving, Step, SystemSection, SystemSpec, Task, Transition
-from masrl.types import Episode, Message, Reply, TaskItem
+from masrl.systems.api import (
+    Built, Episode, Message, Reply, Serving, Step, SystemSection, SystemSpec, Task, TaskItem, Transition,
+)
 
 SOLVER = "Compute the result. Reply with the final answer as <answer>NUMBER</answer> and nothing else."
 CHECKER = "You check a draft answer. Reply <verdict>accept</verdict> if it is right, else <verdict>revise</verdict>."

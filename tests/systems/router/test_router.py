@@ -14,7 +14,7 @@ from masrl.algos.advantages import group_ids_from_keys, grpo_mean
 from masrl.algos.credit import group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
 from masrl.rollout.tree import FullTree, expand
-from masrl.systems.action import Action
+from masrl.systems.router.action import Action
 from masrl.systems.router.baselines import SingleAgentRouter
 from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
 from masrl.systems.router.rewards import (
