@@ -77,6 +77,15 @@ def _has_reason(lines: list[str], lineno: int) -> bool:
     return False
 
 
+def _in_functions(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside a function body."""
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inside.update(id(n) for n in ast.walk(fn) if n is not fn)
+    return inside
+
+
 def imports(root: Path = ROOT) -> list[Import]:
     """Every import of a masrl module by a masrl module under `root`."""
     known = modules(root)
@@ -85,10 +94,7 @@ def imports(root: Path = ROOT) -> list[Import]:
         text = path.read_text()
         lines = text.splitlines()
         tree = ast.parse(text)
-        inside = set()
-        for fn in ast.walk(tree):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                inside.update(id(n) for n in ast.walk(fn) if n is not fn)
+        inside = _in_functions(tree)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _targets(node, module, path.name == "__init__.py", known):
@@ -196,6 +202,22 @@ def outside_api(edges: Iterable[Import]) -> list[Import]:
         if e.target != API and e.target != own and not e.target.startswith(own + "."):
             out.append(e)
     return out
+
+
+def unreasoned(root: Path = ROOT, under: str = "masrl.systems") -> list[tuple[str, int]]:
+    """(module, line) of every import inside a function, of any module (torch, plotly, masrl), in the
+    modules under `under` that gives no `# lazy:` reason (docs/architecture.md, rule 3)."""
+    out = []
+    for module, path in modules(root).items():
+        if module == under or module.startswith(under + "."):
+            text = path.read_text()
+            tree = ast.parse(text)
+            inside = _in_functions(tree)
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) in inside:
+                    if not _has_reason(text.splitlines(), node.lineno):
+                        out.append((module, node.lineno))
+    return sorted(out)
 
 
 # ---------------------------------------------------------------- the summary

@@ -118,6 +118,24 @@ def test_the_api_check_allows_the_api_and_a_systems_own_package_only(graph, tmp_
     }
 
 
+def test_every_import_inside_a_systems_function_says_why(graph):
+    """Rule 3 of docs/architecture.md for every import (torch and plotly too), in the systems' modules."""
+    assert graph.unreasoned() == [], "imports inside functions without a `# lazy: <reason>` (module, line)"
+
+
+def test_the_reason_check_reads_every_import_inside_a_function(graph, tmp_path):
+    root = tmp_path / "masrl"
+    (root / "systems").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "systems" / "__init__.py").write_text("")
+    (root / "systems" / "a.py").write_text(
+        "import os\n\ndef f():\n    import json\n    # lazy: plotly is slow\n    import plotly\n"
+        "    g = lambda: __import__('x')\n    from masrl import systems  # lazy: a reason\n"
+    )
+    (root / "b.py").write_text("def f():\n    import json\n")  # outside masrl.systems: not read
+    assert graph.unreasoned(root) == [("masrl.systems.a", 4)]
+
+
 def test_the_summary_prints_the_numbers_the_lead_compares(graph):
     text = graph.summary()
     for line in ("modules:", "cycles", "upward imports", "function-level masrl import statements", "largest files",
