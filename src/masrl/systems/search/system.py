@@ -28,7 +28,7 @@ Parsers never raise: every malformed output still leads to a next step, so
 an episode always ends with an answer to grade.
 
 The tree depth of a call is its pipeline position (rewriter 0, reranker 1,
-answerer 2), which is what the samplers fork on (masrl.rollout.tree: ForkAt,
+answerer 2), which is what the samplers fork on (masrl.rollout.rules: ForkAt,
 IndependentSampling, RoundRobin).
 """
 
