@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from masrl.evaluate import ItemScores, final_eval_path, read_eval_items
+from masrl.evaluate import ItemScores, read_eval_items
+from masrl.run.files import final_eval_path
 from masrl.stats import Interval, align, bootstrap_mean, paired_difference, pool_seeds
 
 

@@ -48,7 +48,7 @@ from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
-from masrl.run_files import Table, View, saved_evaluations
+from masrl.run.files import Table, View, saved_evaluations
 
 __all__ = [
     "Agent", "Built", "Call", "Command", "Component", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head",

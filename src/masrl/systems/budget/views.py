@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from masrl.run_files import Table, View, saved_evaluations
+from masrl.run.files import Table, View, saved_evaluations
 from masrl.stats import bootstrap_mean
 
 

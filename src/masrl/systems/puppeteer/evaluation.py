@@ -21,7 +21,7 @@ from pathlib import Path
 from masrl.agents.base import CountsAttempts
 from masrl.evaluate import ItemScores, SystemEval
 from masrl.rollout.tree import Parallel, rollout
-from masrl.run_files import read_metrics, series
+from masrl.run.files import read_metrics, series
 from masrl.systems.puppeteer.system import vote_accuracy, voted_answer
 from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 from masrl.types import Episode, TaskItem

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from masrl.run_files import Table, View, saved_evaluations
+from masrl.run.files import Table, View, saved_evaluations
 from masrl.stats import bootstrap_mean
 
 
