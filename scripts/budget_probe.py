@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from masrl.config import ConfigError
-    from masrl.trained import TrainingError, load_engine
+    from masrl.run.trained import TrainingError, load_engine
 
     try:
         engine = load_engine(args.target, args.overrides)

@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     from masrl.stats import paired_difference
     from masrl.systems.router.evaluation import evaluate_one_shot, solver_profile
     from masrl.systems.router.results import baseline_routers
-    from masrl.trained import TrainingError, load_engine
+    from masrl.run.trained import TrainingError, load_engine
 
     try:
         engine = load_engine(args.target, args.overrides)

@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit("router_probe: --supervise must be >= 0 and --lr > 0")
 
     from masrl.config import ConfigError
-    from masrl.trained import TrainingError, load_engine
+    from masrl.run.trained import TrainingError, load_engine
 
     try:
         engine = load_engine(args.target, args.overrides)

@@ -51,8 +51,8 @@ from masrl.evaluate import ItemScores, SystemEval, evaluate_episodes
 from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
+from masrl.run.files import Table, View, saved_evaluations
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
-from masrl.run_files import Table, View, saved_evaluations
 
 # ---- What the papers' systems read beyond the core (docs/api.md, "Beyond the core"): each name is
 # the engine's own, re-exported here, so a system (ours or a user's) imports masrl.systems.api alone.
@@ -83,7 +83,7 @@ from masrl.algos.credit import (
     round_robin_groups,  # MHGPO's round-robin regrouping of calls (keys, leftovers), for its metrics
     trainable_calls,  # (episode index, call) of every trainable call on a trajectory that did not fail
 )
-from masrl.run_files import (
+from masrl.run.files import (
     read_metrics,  # the rows of RUN_DIR/metrics.jsonl (a page's views)
     series,  # (step, value) of one metric over those rows
 )
