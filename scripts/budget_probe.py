@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from masrl.config import ConfigError
-    from masrl.trained import TrainingError, load_parts
+    from masrl.run.trained import TrainingError, load_parts
 
     try:
         engine = load_parts(args.target, args.overrides)

@@ -1,4 +1,4 @@
-"""masrl's import graph: cycles, imports that point up the layers, function-level imports, largest files.
+"""masrl's import graph: cycles, upward imports, systems importing past their API, function-level imports.
 
     python scripts/import_graph.py                       # this checkout's src/masrl
     python scripts/import_graph.py --root OTHER/src/masrl  # another checkout, judged by this page's layers
@@ -78,6 +78,15 @@ def has_lazy_reason(lines: list[str], lineno: int) -> bool:
     return False
 
 
+def _in_functions(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside a function body."""
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inside.update(id(n) for n in ast.walk(fn) if n is not fn)
+    return inside
+
+
 def imports(root: Path = ROOT) -> list[Import]:
     """Every import of a masrl module by a masrl module under `root`."""
     known = modules(root)
@@ -86,10 +95,7 @@ def imports(root: Path = ROOT) -> list[Import]:
         text = path.read_text()
         lines = text.splitlines()
         tree = ast.parse(text)
-        inside = set()
-        for fn in ast.walk(tree):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                inside.update(id(n) for n in ast.walk(fn) if n is not fn)
+        inside = _in_functions(tree)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _targets(node, module, path.name == "__init__.py", known):
@@ -176,6 +182,29 @@ def unplaced(root: Path, table: Mapping[str, int]) -> list[str]:
     return [m for m in modules(root) if layer_of(m, table) is None]
 
 
+# ---------------------------------------------------------------- systems see the public API
+API = "masrl.systems.api"  # what a system may import of masrl besides its own package (docs/api.md)
+
+
+def own_package(module: str) -> str:
+    """The package a system's module may import besides the API: `masrl.systems.router` for any module
+    of the router's package, the module itself for a one-file system (`masrl.systems.single`)."""
+    return ".".join(module.split(".")[:3])
+
+
+def outside_api(edges: Iterable[Import]) -> list[Import]:
+    """Imports by a system's module (under masrl.systems, the API itself and the package's table of
+    built-in names aside) of a masrl module that is neither the API nor of the system's own package."""
+    out = []
+    for e in edges:
+        if not e.source.startswith("masrl.systems.") or e.source == API:
+            continue
+        own = own_package(e.source)
+        if e.target != API and e.target != own and not e.target.startswith(own + "."):
+            out.append(e)
+    return out
+
+
 # ---------------------------------------------------------------- the summary
 def summary(root: Path = ROOT, page: Path = ARCHITECTURE, largest: int = 10, brief: bool = False) -> str:
     """The graph in numbers, each followed by its items (with `brief`, cycles only)."""
@@ -186,6 +215,7 @@ def summary(root: Path = ROOT, page: Path = ARCHITECTURE, largest: int = 10, bri
     statements = {(e.source, e.line) for e in inner}
     unreasoned = sorted({(e.source, e.line, e.target) for e in inner if not e.lazy_reason})
     module_level = {(e.source, e.target) for e in edges if not e.in_function}
+    past_api = outside_api(edges)
     sizes = sorted(((len(p.read_text().splitlines()), p) for p in modules(root).values()), reverse=True)
     lines = [
         f"masrl import graph of {root} (layers: {page})",
@@ -197,6 +227,8 @@ def summary(root: Path = ROOT, page: Path = ARCHITECTURE, largest: int = 10, bri
           f"line {e.line}{' (in a function)' if e.in_function else ''}" for e in up],  # fmt: skip
         f"modules without a layer in the page: {len(unplaced(root, table))}",
         *[f"  {m}" for m in unplaced(root, table)],
+        f"systems' modules importing masrl past the public API: {len({e.source for e in past_api})}",
+        *[f"  {e.source} -> {e.target}, line {e.line}" for e in past_api],
         f"function-level masrl import statements: {len(statements)} "
         f"({len(statements) - len({(s, n) for s, n, _ in unreasoned})} with a `{LAZY}` reason)",
         *[f"  {s}:{n} -> {t} (no reason given)" for s, n, t in unreasoned],

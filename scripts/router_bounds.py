@@ -114,10 +114,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from masrl.config import ConfigError
+    from masrl.run.trained import TrainingError, load_parts
     from masrl.stats import paired_difference
     from masrl.systems.router.evaluation import evaluate_one_shot, solver_profile
     from masrl.systems.router.results import baseline_routers
-    from masrl.trained import TrainingError, load_parts
 
     try:
         engine = load_parts(args.target, args.overrides)

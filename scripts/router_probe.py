@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit("router_probe: --supervise must be >= 0 and --lr > 0")
 
     from masrl.config import ConfigError
-    from masrl.trained import TrainingError, load_parts
+    from masrl.run.trained import TrainingError, load_parts
 
     try:
         engine = load_parts(args.target, args.overrides)

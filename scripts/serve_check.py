@@ -60,7 +60,7 @@ def ask(api: openai.OpenAI, model: str, question: str, **extra):
 
 def check_router(run_dir: Path, n: int) -> dict:
     from masrl.systems.router.evaluation import evaluate_controller
-    from masrl.trained import load_trained
+    from masrl.run.trained import load_trained
 
     engine = load_trained(run_dir)
     items = engine.task.items("eval", 0, n)
@@ -77,7 +77,7 @@ def check_router(run_dir: Path, n: int) -> dict:
 
 
 def check_modes(run_dir: Path, n: int) -> dict:
-    from masrl.trained import load_trained
+    from masrl.run.trained import load_trained
 
     engine = load_trained(run_dir)
     items = engine.task.items("eval", 0, n)

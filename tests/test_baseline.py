@@ -14,7 +14,7 @@ from masrl.baseline import Spent, single_data, spent
 from masrl.cli import main
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.run_files import read_metrics
+from masrl.run.files import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,8 @@ from masrl.parts import base_plan, build_parts
 from masrl.learners import CRITIC
 from masrl.components import smollm2_converted
 from masrl.models import load_model
-from masrl.resume import checkpoint, restore
+from masrl.run.files import RunDir
+from masrl.run.resume import checkpoint, restore
 from masrl.rollout.tree import rollout
 from masrl.scoring import score
 from masrl.types import Sample
@@ -169,7 +170,7 @@ def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_p
         call = next(c for c in calls if c.agent == policy)
         for _ in range(2):
             engine.learners[policy].update([Sample(policy, call.reply.prompt_ids, call.reply.response_ids, 1.0)])
-    checkpoint(engine, tmp_path, 1)
+    checkpoint(engine, RunDir(tmp_path), 1)
     ckpt = latest_checkpoint(tmp_path)
     assert {p.name for p in (ckpt / "policy").iterdir()} == {"tool.safetensors", "reasoner.safetensors"}
     assert {p.name for p in (ckpt / "optimizer").iterdir()} == {"tool.pt", "reasoner.pt"}

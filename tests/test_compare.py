@@ -8,14 +8,15 @@ import yaml
 
 from masrl.cli import main
 from masrl.compare import difference, load_evaluated
-from masrl.evaluate import ItemScores, SystemEval, write_eval_items
+from masrl.evaluate import ItemScores, SystemEval
+from masrl.run.files import RunDir
 from masrl.stats import bootstrap_mean, paired_difference, pool_seeds, two_level_difference, two_level_mean
 
 IDS = tuple(f"q{i}" for i in range(8))
 
 
 def saved(run, correct, seed: int | None = None) -> None:
-    write_eval_items(run, 4, SystemEval({}, "", per_item=[ItemScores("policy", IDS, {"accuracy": tuple(correct)})]))
+    RunDir(run).write_eval(4, SystemEval({}, "", per_item=[ItemScores("policy", IDS, {"accuracy": tuple(correct)})]))
     if seed is not None:
         (run / "config.yaml").write_text(yaml.safe_dump({"run": {"seed": seed}}))
 

@@ -211,7 +211,7 @@ def test_training_against_two_inference_servers_balances_and_syncs_adapters(tiny
         # `masrl eval` of the run: its engine publishes the checkpoint as version 2 again (the servers
         # already hold that name: unloaded and reloaded) and evaluates through the servers.
         from masrl.evaluate import evaluate_system
-        from masrl.trained import load_trained
+        from masrl.run.trained import load_trained
 
         engine = load_trained(run)
         try:

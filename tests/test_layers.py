@@ -83,7 +83,43 @@ def test_the_parser_sees_relative_and_function_level_imports(graph, tmp_path):
     ]  # fmt: skip
 
 
+def test_every_system_module_imports_only_the_api_and_its_own_package(graph, edges):
+    """docs/api.md: the papers' systems are written as a user's is, against masrl.systems.api alone."""
+    past = graph.outside_api(edges)
+    assert past == [], "modules under masrl/systems importing masrl past masrl.systems.api and their own package:\n" + (
+        "\n".join(f"{e.source} -> {e.target}, line {e.line}" for e in past)
+    )
+
+
+def test_the_api_check_allows_the_api_and_a_systems_own_package_only(graph, tmp_path):
+    """A made-up tree: a paper's package importing itself, the API and an engine module (also inside a
+    function), a one-file system importing the API and another system, and the API and the table of
+    built-in names, which may import anything."""
+    root = tmp_path / "masrl"
+    (root / "systems" / "paper").mkdir(parents=True)
+    for name in ("__init__.py", "types.py", "systems/action.py"):
+        (root / name).write_text("")
+    (root / "systems" / "__init__.py").write_text("from masrl.types import X\n")
+    (root / "systems" / "api.py").write_text("from masrl.types import X\n")
+    (root / "systems" / "paper" / "__init__.py").write_text("from .a import A\nfrom masrl.systems.api import Y\n")
+    (root / "systems" / "paper" / "a.py").write_text(
+        "from masrl.systems.paper import b\nfrom masrl.types import X\n\ndef f():\n    import masrl.systems.action\n"
+    )
+    (root / "systems" / "paper" / "b.py").write_text("from . import a\n")
+    (root / "systems" / "single.py").write_text("from masrl.systems.api import Y\nfrom masrl.systems.paper import b\n")
+    paper = "masrl.systems.paper"
+    assert graph.own_package(f"{paper}.a") == graph.own_package(paper) == paper
+    assert graph.own_package("masrl.systems.single") == "masrl.systems.single"
+    past = {(e.source, e.target, e.in_function) for e in graph.outside_api(graph.imports(root))}
+    assert past == {
+        ("masrl.systems.paper.a", "masrl.types", False),
+        ("masrl.systems.paper.a", "masrl.systems.action", True),
+        ("masrl.systems.single", "masrl.systems.paper.b", False),
+    }
+
+
 def test_the_summary_prints_the_numbers_the_lead_compares(graph):
     text = graph.summary()
-    for line in ("modules:", "cycles", "upward imports", "function-level masrl import statements", "largest files"):
+    for line in ("modules:", "cycles", "upward imports", "function-level masrl import statements", "largest files",
+                 "past the public API"):
         assert line in text

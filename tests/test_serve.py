@@ -22,7 +22,7 @@ from smoke import tiny_run
 from masrl.cli import main
 from masrl.http import wait_healthy
 from masrl.systems.router.evaluation import evaluate_controller
-from masrl.trained import load_trained
+from masrl.run.trained import load_trained
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 KEY = "sk-test-0123456789"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,10 @@ import masrl.train
 from masrl.config import ConfigError
 from masrl.loading import load_config
 from masrl.registry import build_task
-from masrl.runlog import RunLogger
+from masrl.run.log import RunLogger
 from masrl.scoring import score
 from masrl.train import TrainingError, train
-from masrl.trained import load_parts
-from masrl.types import AgentError, Call, EnvironmentProblem, Episode, Reply, TaskItem
+from masrl.types import AgentError, Call, Episode, Reply, TaskItem
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -127,28 +125,6 @@ def crash_after_logging(monkeypatch, at_step: int) -> None:
 RESUME = ("trainer.steps=4", "trainer.checkpoint_every=2", "eval.before=false", "trainer.keep_checkpoints=3")
 
 
-def test_episode_metrics_sum_each_reward_term_along_its_trajectory():
-    def with_terms(c, **terms):
-        return Call(**{**c.__dict__, "rewards": terms})
-
-    # root "0" -> "0.0" (leaf) and "0.1" -> "0.1.0" (leaf); root "1" is a leaf; "2" failed.
-    calls = (
-        with_terms(call("0", 0.25, done=False), penalty=0.5),
-        with_terms(call("0.0", 1.0), correct=1.0),
-        with_terms(call("0.1", 0.0, done=False), verification=1.0),
-        with_terms(call("0.1.0", 0.5), correct=0.0, verification=1.0),
-        with_terms(call("1", 0.0), format_error=1.0),
-        call("2", 0.0, error="boom"),
-    )
-    m = masrl.train.episode_metrics([Episode(task(0), calls)])
-    assert m["trajectories"] == 4 and m["failed"] == 1 and m["calls"] == 5  # the failed call got no reply
-    assert m["reward"] == pytest.approx((1.25 + 0.75 + 0.0) / 3)
-    assert m["reward/penalty"] == pytest.approx((0.5 + 0.5 + 0) / 3)
-    assert m["reward/correct"] == pytest.approx(1 / 3)
-    assert m["reward/verification"] == pytest.approx(2 / 3)  # both calls of one path
-    assert m["reward/format_error"] == pytest.approx(1 / 3)  # not 1.0: averaged over every trajectory
-
-
 def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_config, parity_reward, monkeypatch):
     """4 steps straight vs. killed during step 3 (checkpoint at 2), then resumed to 4.
 
@@ -182,48 +158,11 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_config, parity_reward
     assert any(not torch.equal(wa[k], w2[k]) for k in wa)  # steps 3-4 changed the adapter
 
 
-def test_logger_drops_lines_past_the_checkpoint_on_resume(tmp_path):
-    for name in ("metrics.jsonl", "samples.jsonl"):
-        lines = [{"step": s, "kind": "train"} for s in range(0, 6)] + [{"step": 2, "kind": "eval"}]
-        (tmp_path / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
-    logger = RunLogger(tmp_path, purge_after=3)
-    logger.close()
-    for name in ("metrics.jsonl", "samples.jsonl"):
-        assert [(x["step"], x["kind"]) for x in read_jsonl(tmp_path / name)] == [
-            (0, "train"), (1, "train"), (2, "train"), (3, "train"), (2, "eval")
-        ]  # fmt: skip
-    RunLogger(tmp_path, purge_after=0).close()  # a new run starts from nothing
-    assert (tmp_path / "metrics.jsonl").read_text() == ""
-
-
 def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
     config = tiny_config("trainer.steps=1", "eval.before=false")
     train(config)
     with pytest.raises(ConfigError, match="already holds a run"):
         train(config)
-
-
-def test_load_parts_takes_a_trained_run_or_a_config(tiny_config, tiny_overrides, run_dir):
-    config = tiny_config("trainer.steps=1", "eval.before=false")
-    train(config)
-    trained = load_parts(str(run_dir))  # the run's saved config and its step-1 adapter
-    saved = load_file(run_dir / "checkpoints" / "step_000001" / "policy" / "solver.safetensors")
-    state = trained.models["solver"].state_dict("solver")
-    assert saved and saved.keys() == state.keys() and all(torch.equal(saved[k], state[k]) for k in saved)
-    with pytest.raises(ConfigError, match="only eval.* keys can be overridden, not trainer.lr=1"):
-        load_parts(str(run_dir), ["trainer.lr=1"])
-    assert load_parts(str(run_dir), ["eval.size=5"]).config.eval.size == 5
-    fresh = load_parts(tiny_overrides[0], [*tiny_overrides[1:], "model.lora_rank=2"])  # a config: untrained
-    assert fresh.config.model.lora_rank == 2 and fresh.config.run.dir == config.run.dir
-
-
-def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):
-    from masrl.loading import dump_config
-
-    dump_config(tiny_config(), tmp_path / "config.yaml")
-    again = f"no complete checkpoint to resume from; masrl train {tmp_path}/config.yaml starts the run again"
-    with pytest.raises(EnvironmentProblem, match=re.escape(again)):
-        train(None, resume=tmp_path)
 
 
 # ---------------------------------------------------------------- failing agents
@@ -280,13 +219,6 @@ def test_an_agent_that_always_fails_stops_the_run(tiny_config, monkeypatch):
 
 
 # ---------------------------------------------------------------- time budget
-def test_out_of_time_stops_before_a_step_that_would_overrun():
-    assert not masrl.train.out_of_time(1000.0, 500.0, None)  # no budget: never
-    assert not masrl.train.out_of_time(0.0, 0.0, 1.0)  # before the first step
-    assert not masrl.train.out_of_time(30.0, 30.0, 1.0)  # 30 + 30 = 60 s: the next step still fits
-    assert masrl.train.out_of_time(31.0, 30.0, 1.0)  # 31 + 30 > 60 s
-
-
 def test_checkpoint_time_counts_towards_max_minutes(tiny_config, run_dir, monkeypatch):
     """A run's allowance is wall time: a checkpoint that takes a minute (on a clock of the test's own; the
     steps themselves take none) uses a minute of it. 2.5 minutes: steps 1-3 end at 60, 120, 180 s, so the

@@ -202,11 +202,12 @@ def test_each_systems_views_render_in_the_browser(config, tmp_path):
 
 
 def test_compare_reads_the_evaluation_after_a_given_step(tmp_path, capsys):
-    from masrl.evaluate import ItemScores, SystemEval, write_eval_items
+    from masrl.evaluate import ItemScores, SystemEval
+    from masrl.run.files import RunDir
 
     def saved(run: str, step: int, correct: list[float]) -> None:
         ids = tuple(f"q{i}" for i in range(len(correct)))
-        write_eval_items(tmp_path / run, step, SystemEval({}, "", per_item=[ItemScores("policy", ids, {"accuracy": tuple(correct)})]))
+        RunDir(tmp_path / run).write_eval(step, SystemEval({}, "", per_item=[ItemScores("policy", ids, {"accuracy": tuple(correct)})]))
 
     for seed in (0, 1):  # two seeds each: `--step` reads the same step in every seed run
         saved(f"a-seed{seed}", 6, [1, 0, 1, 0])

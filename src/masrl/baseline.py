@@ -37,12 +37,11 @@ from pathlib import Path
 
 import yaml
 
-from masrl.checkpoint import latest_checkpoint
 from masrl.compare import Evaluated, difference, digits, interval, interval_note, pool_methods, run_seed, seed_runs
 from masrl.config import PACKAGED, Config, ConfigError
-from masrl.evaluate import final_eval_path, read_eval_items
+from masrl.evaluate import read_eval_items
 from masrl.loading import apply_override, validate
-from masrl.run_files import read_metrics
+from masrl.run.files import RunDir, final_eval_path, read_metrics
 
 BUDGETS = ("time", "tokens")
 SINGLE_CONFIG = "single-arithmetic"  # the single agent's best known settings (docs/single.md)
@@ -76,7 +75,7 @@ def spent(rows: Sequence[dict]) -> Spent:
 
 def finished_run(run: Path) -> Spent:
     """What a finished run spent; a ConfigError naming what is missing when `run` is not one."""
-    if not (run / "config.yaml").is_file():
+    if not RunDir(run).config.is_file():
         raise ConfigError(f"{run} is not a run directory (no config.yaml)")
     try:
         used = spent(read_metrics(run))
@@ -150,7 +149,7 @@ def plan(path: Path, budgets: Sequence[str], seeds: int | None = None, out: str 
     planned = []
     for team in teams:
         used = finished_run(team)
-        saved = yaml.safe_load((team / "config.yaml").read_text()) or {}
+        saved = yaml.safe_load(RunDir(team).config.read_text()) or {}
         check_equivalent(saved, team, overrides)
         for budget in budgets:
             run_dir = f"{out_prefix(str(path), budget, out)}-seed{run_seed(team, 0)}"
@@ -195,8 +194,8 @@ def train_planned(planned: Sequence[Planned], train: Callable[[Config], Path]) -
 
 def reusable(p: Planned) -> bool:
     """Whether the run directory already holds this config's finished run (a ConfigError if another run)."""
-    saved_path = p.run_dir / "config.yaml"
-    if not saved_path.is_file() or latest_checkpoint(p.run_dir) is None:
+    saved_path = RunDir(p.run_dir).config
+    if not saved_path.is_file() or RunDir(p.run_dir).latest_checkpoint() is None:
         return False
     if yaml.safe_load(saved_path.read_text()) != p.config.model_dump(mode="json"):
         raise ConfigError(f"{p.run_dir} holds another run; remove it or choose --out")

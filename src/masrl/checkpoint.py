@@ -253,7 +253,7 @@ def capture_rng() -> dict:
 
 def restore_rng(state: dict) -> None:
     """Inverse of capture_rng. CUDA state is restored for as many devices as both have."""
-    import torch
+    import torch  # lazy: checkpoint IO alone should not pay torch's import (~3 s)
 
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from masrl.baseline import BUDGETS, dry_run_text, plan, tables, train_planned
 from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
-from masrl.components import MissingComponent, cache_dir, status
 from masrl.compare import compare_runs
+from masrl.components import MissingComponent, cache_dir, status
 from masrl.config import ConfigError
 from masrl.evaluate import eval_record, evaluate_system
 from masrl.loading import load_config
@@ -29,7 +29,7 @@ from masrl.preflight import preflight, shipped_models
 from masrl.reference import config_markdown, config_text
 from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
-from masrl.run_files import read_metrics
+from masrl.run.files import read_metrics
 from masrl.sandbox import SandboxError
 from masrl.types import EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
 from masrl.view import write_page
@@ -208,7 +208,8 @@ def _under_jemalloc(args) -> None:
 
 def _train(args) -> int:
     from masrl import distributed  # lazy: torch
-    from masrl.train import Interrupted, train  # lazy: torch
+    from masrl.run.stop import Interrupted  # lazy: torch
+    from masrl.train import train  # lazy: torch
 
     try:
         if args.resume:
@@ -257,7 +258,7 @@ def seed_configs(config, n: int) -> list:
 
 def _eval(args) -> int:
     from masrl.parts import build_parts  # lazy: torch
-    from masrl.trained import check_eval_overrides, load_trained  # lazy: torch
+    from masrl.run.trained import check_eval_overrides, load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
     step = ckpt = None  # what was evaluated: a run's checkpoint, or an untrained config (None)
@@ -391,8 +392,8 @@ def _report(args) -> int:
 
 def _serve(args) -> int:
     from masrl.http import ServerSettings, create_app, run  # lazy: fastapi and uvicorn
+    from masrl.run.trained import load_trained  # lazy: torch
     from masrl.serve import backend_for  # lazy: torch
-    from masrl.trained import load_trained  # lazy: torch
 
     if args.max_concurrency < 1 or args.max_body_bytes < 1:
         raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")

@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from masrl.evaluate import ItemScores, final_eval_path, read_eval_items
 import yaml
 
+from masrl.evaluate import ItemScores, read_eval_items
+from masrl.run.files import final_eval_path
 from masrl.stats import (
     Interval, align, bootstrap_mean, paired_difference, pool_seeds, seed_rows, two_level_difference, two_level_mean,
 )

@@ -29,7 +29,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import atomic_write_json
 from masrl.rollout.tree import Parallel, rollout
 from masrl.types import Episode, TaskItem
 
@@ -156,18 +155,10 @@ def evaluate_episodes(engine, items: Sequence[TaskItem], full: bool) -> SystemEv
 
 
 # ---------------------------------------------------------------- saved per-item results
-EVALS_DIR = "evals"  # RUN_DIR/evals/step-000024.json: one file per held-out evaluation of a run
-
-
+# Where a run keeps them (RUN_DIR/evals/step-N.json, eval.json) is masrl.run.files.RunDir's to say.
 def eval_record(step: int | None, result: SystemEval) -> dict:
     """What an evaluation saves: its summary metrics and every method's per-item results."""
     return {"step": step, "metrics": dict(result.metrics), "per_item": [s.to_json() for s in result.per_item]}
-
-
-def write_eval_items(run_dir: Path, step: int, result: SystemEval) -> Path:
-    path = Path(run_dir) / EVALS_DIR / f"step-{step:06d}.json"
-    atomic_write_json(path, eval_record(step, result))
-    return path
 
 
 def read_eval_items(path: Path) -> list[ItemScores]:
@@ -177,21 +168,3 @@ def read_eval_items(path: Path) -> list[ItemScores]:
         raise ValueError(f"{path} holds no per-item results (written before masrl saved them?); "
                          "re-run `masrl eval RUN_DIR` to write them")  # fmt: skip
     return [ItemScores.from_json(d) for d in data["per_item"]]
-
-
-def final_eval_path(run_dir: Path, step: int | None = None) -> Path:
-    """A run's last saved evaluation: the highest step under evals/, else eval.json from `masrl eval`;
-    with `step`, the evaluation after that step (`eval.every`, 0 = before training)."""
-    run_dir = Path(run_dir)
-    if step is not None:
-        path = run_dir / EVALS_DIR / f"step-{step:06d}.json"
-        if not path.exists():
-            saved = sorted(int(p.stem.removeprefix("step-")) for p in (run_dir / EVALS_DIR).glob("step-*.json"))
-            raise FileNotFoundError(f"{run_dir} has no evaluation after step {step} (saved after steps: {saved or 'none'})")
-        return path
-    steps = sorted((run_dir / EVALS_DIR).glob("step-*.json"))
-    if steps:
-        return steps[-1]
-    if (run_dir / "eval.json").exists():
-        return run_dir / "eval.json"
-    raise FileNotFoundError(f"{run_dir} has no saved evaluation ({EVALS_DIR}/step-*.json or eval.json)")

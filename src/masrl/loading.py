@@ -25,6 +25,7 @@ from masrl.config import DEFAULT_CONFIG, PACKAGED, Config, ConfigError, SystemSe
 from masrl.generation.engine import check_engine
 from masrl.migration import migrate
 from masrl.registry import resolve_system, resolve_task
+from masrl.run.files import RunDir
 from masrl.systems.api import SystemSpec
 
 
@@ -37,7 +38,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         shipped = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
         raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
     if path.is_dir():  # `masrl train runs/x`: a run directory, or a folder of configs
-        resume = f"; to continue the run in it: masrl train --resume {path}" if (path / "config.yaml").exists() else ""
+        resume = f"; to continue the run in it: masrl train --resume {path}" if RunDir(path).config.exists() else ""
         raise ConfigError(f"{path} is a directory, not a YAML config file{resume}")
     try:
         data = yaml.safe_load(path.read_text()) or {}

@@ -7,7 +7,7 @@ built-in system, which old sections and keys were its own; `migrate` moves them,
 sections of other systems (every old run directory saved all of them) and says what it moved.
 
 This is the only module that knows the old layout; it sits above the registry (it resolves the
-system a config names to tell an old name from a new one) and below config loading.
+system a config names to find its old layout in `LEGACY`) and below config loading.
 """
 
 from __future__ import annotations
@@ -53,13 +53,8 @@ def migrate(data: dict) -> list[str]:
     kind = str(system.get("kind", SystemSection().kind))
     spec = resolve_system(kind)
     builtin = builtin_systems()
-    if builtin.get(kind) is spec and spec.kind != kind:
-        notes.append(f"system.kind {kind!r} is now {spec.kind!r}")
-        system["kind"] = kind = spec.kind
     old_sections = {name for legacy in LEGACY.values() for name in legacy.sections}
     if not old_sections & set(data):
-        if notes:
-            data["system"] = system
         return notes
     legacy = LEGACY.get(spec.kind, Legacy()) if builtin.get(spec.kind) is spec else Legacy()
     for source, target in legacy.moves.items():

@@ -91,14 +91,13 @@ def resolve_system(kind: str) -> SystemSpec:
 
 
 def builtin_systems() -> dict[str, SystemSpec]:
-    """Every built-in name (old names too) -> its spec."""
+    """Every built-in name -> its spec."""
     return {kind: resolve_system(kind) for kind in BUILTIN_SYSTEMS}
 
 
 def available_systems() -> list[Listed]:
-    """`listing` of the systems; old built-in names are listed under their new name only."""
-    current = [kind for kind, spec in builtin_systems().items() if spec.kind == kind]
-    return listing(current, SYSTEM_PLUGINS, resolve_system)
+    """`listing` of the systems."""
+    return listing(list(BUILTIN_SYSTEMS), SYSTEM_PLUGINS, resolve_system)
 
 
 # ---------------------------------------------------------------- task families

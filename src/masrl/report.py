@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from masrl.run.files import RunDir
 from masrl.view import write_page
 
 
@@ -32,4 +33,4 @@ def curve_table(rows: list[dict], every: int = 1) -> str:
 
 def write_report(run_dir: Path) -> Path:
     """RUN_DIR/report.html: the `masrl view` page of this run, one self-contained file to mail."""
-    return write_page([Path(run_dir)], Path(run_dir) / "report.html")
+    return write_page([Path(run_dir)], RunDir(run_dir).report)

@@ -11,55 +11,54 @@ One step (`train_step`):
              (masrl.scoring does 2 and 3);
 4. update  - every trainable call becomes a sample of its policy's batch; that
              policy's learner (masrl.learners) takes one optimiser step.
-The loop around it (`_loop`) then logs the step (masrl.runlog: metrics.jsonl,
+The loop around it (`_steps`) then logs the step (masrl.run.log: metrics.jsonl,
 TensorBoard, a few episodes in samples.jsonl), evaluates every `eval.every`
-steps, checkpoints every `trainer.checkpoint_every` steps (masrl.resume: adapters,
+steps, checkpoints every `trainer.checkpoint_every` steps (masrl.run.resume: adapters,
 optimisers, RNG states and the data position, written atomically) and stops
-before a step that would overrun `trainer.max_minutes` or
-`trainer.max_sampled_tokens` (equal-compute baselines: masrl.baseline).
+before a step that would overrun `trainer.max_minutes` or `trainer.max_sampled_tokens`
+(equal-compute baselines: masrl.baseline), or after the step a signal came in (masrl.run.stop).
 
 Failed calls (a frozen backend that timed out or answered garbage) end their
 trajectory; those trajectories are left out of the update and counted. A step
 in which every trajectory failed stops the run with a clear message.
 
 With `trainer.processes=N` (or under torchrun) the same loop runs in N
-processes (masrl.distributed): rank 0 samples and broadcasts the episodes,
-every rank scores them, the learners update on their slices and sum
-gradients, and rank 0 alone logs, evaluates and checkpoints. With
-`rollout.max_staleness: k` the next k steps are sampled ahead while this one
-updates (masrl.rollout.ahead).
+processes (masrl.distributed; masrl.run.stop starts and stops them): rank 0
+samples and broadcasts the episodes, every rank scores them, the learners
+update on their slices and sum gradients, and rank 0 alone logs, evaluates
+(masrl.run.evals) and checkpoints. With `rollout.max_staleness: k` the next k
+steps are sampled ahead while this one updates (masrl.rollout.ahead).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import resource
-import signal
 import sys
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from masrl import distributed
-from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
-from masrl.compare import before_after
+from masrl.checkpoint import read_meta
 from masrl.config import Config, ConfigError
-from masrl.parts import Parts, build_parts, config_placement
-from masrl.evaluate import EVALS_DIR, evaluate_system, final_eval_path, read_eval_items, write_eval_items
 from masrl.loading import load_config, validate
-from masrl.resume import checkpoint, restore, restore_newest
+from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
-from masrl.rundir import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
-from masrl.runlog import RunLogger, logged
+from masrl.run.evals import eval_due, log_eval, report_before_after
+from masrl.run.files import RunDir
+from masrl.run.log import RunLogger
+from masrl.run.prepare import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
+from masrl.run.resume import checkpoint, restore, restore_newest
+from masrl.run.stop import (
+    Interrupted, Signals, budget_note, interrupted_message, launch_ranks, out_of_time, out_of_tokens,
+)
 from masrl.scoring import Scored, score
+from masrl.step_metrics import FailureCount, episode_metrics, machine_metrics
 from masrl.types import EnvironmentProblem, Episode, ExitCode, TrainingError
 
 
@@ -78,7 +77,7 @@ def train_step(
 ) -> TrainedStep:
     """Sample the step's episodes (rank 0; the others receive them), score them, update every policy."""
     main = distributed.is_main()
-    failures = failures or FailureCount(engine)
+    failures = failures or FailureCount(engine.remote_failures)
     t0 = time.perf_counter()
     episodes, t_generate = None, 0.0
     if main:  # 1. sample (rank 0; the others receive its episodes)
@@ -125,42 +124,22 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     """Train `config` (or continue the run directory `resume`); returns the run directory.
 
     With `trainer.processes=N > 1` this process starts N ranks, waits for them
-    and stops them all when one fails (masrl.distributed.launch); under
+    and stops them all when one fails (masrl.run.stop.launch_ranks); under
     torchrun (WORLD_SIZE set) it is one rank of the group torchrun started."""
-    run_dir = Path(resume) if resume else Path(config.run.dir)
+    run = RunDir(resume if resume else config.run.dir)
     if resume:
-        config = load_config(run_dir / "config.yaml")
+        config = load_config(run.config)
     processes = config.trainer.processes
     if processes > 1 and not distributed.launched():
-        if model is not None:
-            raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
-        place = config_placement(config)  # a bad device or run directory fails here, before any spawn
-        if place.device.type == "cuda" and processes > torch.cuda.device_count():
-            raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
-        start = prepare_run_dir(run_dir, config, resume is not None)
-        # A signal reaches the ranks too (one process group): the launcher waits while they checkpoint and
-        # stop, then says what was kept. A second one stops it at once (the ranks get theirs as well).
-        with Signals(note=False) as signals:
-            signals.graceful = True
-            args = (config.model_dump(mode="json"), str(run_dir) if resume else None)
-            try:
-                distributed.launch(_rank_train, processes, args)
-            except distributed.RankFailed as exc:
-                if signals.received is None:
-                    raise TrainingError(f"{exc}. Continue from the last checkpoint with: "
-                                        f"masrl train --resume {run_dir}") from None  # fmt: skip
-                ckpt = latest_checkpoint(run_dir)
-                saved = int(read_meta(ckpt)["step"]) if ckpt else 0
-                raise Interrupted(interrupted_message(signals.received, saved, config.trainer.steps, start.step,
-                                                      run_dir)) from None  # fmt: skip
-        return run_dir
+        launch_ranks(_rank_train, config, run, resume is not None, model)
+        return run.path
     if distributed.launched():
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
             print(f"masrl: note: WORLD_SIZE={os.environ['WORLD_SIZE']} processes were started for the run; "
                   f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
         distributed.init_from_env(config_placement(config).device, config.trainer.timeout_minutes)
     try:
-        result = _train(config, run_dir, resume is not None, model)
+        result = _train(config, run, resume is not None, model)
     except BaseException:
         distributed.shutdown(wait_for_peers=False)
         raise
@@ -178,22 +157,22 @@ def _rank_train(config_data: dict, resume: str | None) -> None:
         sys.exit(ExitCode.INTERRUPTED)
 
 
-def _train(config: Config, run_dir: Path, resuming: bool, model=None) -> Path:
+def _train(config: Config, run: RunDir, resuming: bool, model=None) -> Path:
     try:
         with Signals() as signals:
-            return _prepare_and_run(config, run_dir, resuming, model, signals)
+            return _prepare_and_run(config, run, resuming, model, signals)
     except OSError as exc:
         if exc.errno not in DISK_ERRNOS:
             raise
         # a full or read-only disk, or a permission: the machine's to fix, then the run goes on
-        raise EnvironmentProblem(disk_message(exc, run_dir, config.trainer.steps)) from None
+        raise EnvironmentProblem(disk_message(exc, run, config.trainer.steps)) from None
 
 
-def _prepare_and_run(config: Config, run_dir: Path, resuming: bool, model, signals: Signals) -> Path:
+def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals: Signals) -> Path:
     plan = None
     if distributed.is_main():  # rank 0 owns the run directory; every rank starts where it says
         try:
-            plan = (prepare_run_dir(run_dir, config, resuming), None)
+            plan = (prepare_run_dir(run, config, resuming), None)
         except (TrainingError, ConfigError, EnvironmentProblem) as exc:
             plan = (None, exc)
     start, error = distributed.broadcast(plan)
@@ -201,52 +180,52 @@ def _prepare_and_run(config: Config, run_dir: Path, resuming: bool, model, signa
         raise error
     if start.finished:  # resuming it changes nothing: say so, and how to train it further
         if distributed.is_main():
-            print(f"masrl: {run_dir} finished at step {start.step} of {config.trainer.steps}; nothing to resume. "
-                  f"To train further, raise trainer.steps in {run_dir / 'config.yaml'} and run "
-                  f"masrl train --resume {run_dir}", file=sys.stderr)  # fmt: skip
-        return run_dir
+            print(f"masrl: {run} finished at step {start.step} of {config.trainer.steps}; nothing to resume. "
+                  f"To train further, raise trainer.steps in {run.config} and run "
+                  f"masrl train --resume {run}", file=sys.stderr)  # fmt: skip
+        return run.path
     try:
         engine = build_parts(config, model=model)
     except BaseException as exc:  # a config error found while building (a user's data file), or Ctrl-C
         if not resuming and distributed.is_main():
-            undo_new_run(run_dir, start)  # no directory holding only config.yaml is left behind
+            undo_new_run(run, start)  # no directory holding only config.yaml is left behind
         if isinstance(exc, KeyboardInterrupt):
-            raise Interrupted(f"interrupted while loading; {next_command(run_dir, config.trainer.steps)}") from None
+            raise Interrupted(f"interrupted while loading; {next_command(run, config.trainer.steps)}") from None
         raise
     try:
         signals.graceful = True  # from here a first signal stops after the step in progress
-        return _run(engine, config, run_dir, start.step, signals)
+        return _run(engine, config, run, start.step, signals)
     except KeyboardInterrupt:  # a second signal outside the loop's steps (restoring, an evaluation)
-        raise Interrupted(f"stopped at once; {next_command(run_dir, config.trainer.steps)}") from None
+        raise Interrupted(f"stopped at once; {next_command(run, config.trainer.steps)}") from None
     finally:
         engine.close()  # rollout workers and server sessions end with the run, whatever ended it
 
 
-def _run(engine: Parts, config: Config, run_dir: Path, start: int, signals: Signals) -> Path:
+def _run(engine: Parts, config: Config, run: RunDir, start: int, signals: Signals) -> Path:
     """Restore a resumed run, evaluate before training, then the loop (with rollouts ahead when asked)."""
     main = distributed.is_main()
     roll_call = distributed.roll_call()
     if main and roll_call:
         print(f"masrl: {roll_call}", file=sys.stderr)
     if start > 0:  # rank 0 picks the checkpoint (an unreadable one falls back to the one before); all load it
-        ckpt = restore_newest(engine, run_dir) if main else None
+        ckpt = restore_newest(engine, run) if main else None
         ckpt = distributed.broadcast(ckpt)
         if not main:
             restore(engine, ckpt)
         start = int(read_meta(ckpt)["step"])
         engine.publish(start)  # remote engines generate with the restored adapters (version = step)
-    logger = RunLogger(run_dir, purge_after=start) if main else None
+    logger = RunLogger(run, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
-        _log_eval(engine, logger, 0, "before")
-    elif main and eval_due(config, start) and not logged(run_dir / "metrics.jsonl", start, "eval"):
-        _log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
+        log_eval(engine, logger, 0, "before")
+    elif main and eval_due(config, start) and not run.logged(start, "eval"):
+        log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
     # thread while this one updates (the workers or servers do the model work), step t's with the
     # adapters of version max(start, t - 1 - k), whatever the trainer has published meanwhile.
     k = config.rollout.max_staleness
     ahead = RolloutAhead(partial(sample_step, engine), k, config.trainer.steps, first=start) if k and main else None
     try:
-        return _loop(engine, config, run_dir, start, logger, ahead, signals)
+        return _loop(engine, config, run, start, logger, ahead, signals)
     finally:
         if ahead:
             ahead.close()  # rollouts of steps past the end (a max_minutes stop) are dropped
@@ -254,15 +233,36 @@ def _run(engine: Parts, config: Config, run_dir: Path, start: int, signals: Sign
             logger.close()
 
 
-def _loop(engine: Parts, config: Config, run_dir: Path, start: int, logger: RunLogger | None,
+def _loop(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLogger | None,
           ahead: RolloutAhead | None, signals: Signals) -> Path:  # fmt: skip
+    """The steps (`_steps`), then what ends the run: the signal that stopped it, or the final evaluation."""
     main, cfg = distributed.is_main(), config.trainer
-    failures = FailureCount(engine)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", dynamic_ncols=True, disable=not main)
+    try:  # the bar is closed whatever ends the loop, so a message after it gets a line of its own
+        last, saved, signalled = _steps(engine, config, run, start, logger, ahead, signals, bar)
+    finally:
+        bar.close()
+    if ahead:
+        ahead.close()
+    if signalled is not None:
+        raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run))
+    if main:  # evaluation runs once
+        log_eval(engine, logger, last, "after", final=True)
+        if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
+            report_before_after(run, last)
+    return run.path
+
+
+def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLogger | None,
+           ahead: RolloutAhead | None, signals: Signals, bar: tqdm) -> tuple[int, int, str | None]:  # fmt: skip
+    """Steps start+1 to `trainer.steps`, until the time allowance or a signal ends them:
+    the last step trained, the last one checkpointed, and the signal that stopped the run (or None)."""
+    main, cfg = distributed.is_main(), config.trainer
+    failures = FailureCount(engine.remote_failures)
     last = saved = start  # the last step trained by this loop, and the last one checkpointed
     trained_seconds = sampled_tokens = 0.0  # the budgets' counts: trainer.max_minutes, max_sampled_tokens
     signalled = None  # the signal that stops the run, as rank 0 received it (every rank acts on rank 0's)
-    try:  # the bar is closed whatever ends the loop, so a message after it gets a line of its own
+    try:
         for step in range(start + 1, cfg.steps + 1):
             signalled = distributed.broadcast(signals.received)  # one during the last step's eval or checkpoint
             if signalled is not None:
@@ -282,44 +282,31 @@ def _loop(engine: Parts, config: Config, run_dir: Path, start: int, logger: RunL
             final = step == cfg.steps or stop or signalled is not None
             if eval_due(config, step) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
                 step_seconds += _settle(ahead)
-                _log_eval(engine, logger, step, f"step {step}")
+                log_eval(engine, logger, step, f"step {step}")
             t_checkpoint = time.perf_counter()
             if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
                 # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
                 # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
-                checkpoint(engine, run_dir, step, worker_rngs=ahead is None)
+                checkpoint(engine, run, step, worker_rngs=ahead is None)
                 saved = step
             # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
             # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
             trained_seconds += step_seconds + time.perf_counter() - t_checkpoint
             if stop and signalled is None:  # 8. time or token limit
                 if main:
-                    limit = (f"trainer.max_minutes={cfg.max_minutes}" if cfg.max_sampled_tokens is None else
-                             f"trainer.max_minutes={cfg.max_minutes}, max_sampled_tokens={cfg.max_sampled_tokens}")
-                    tqdm.write(f"{limit}: stopping after step {step} ({trained_seconds / 60:.1f} min, "
-                               f"{sampled_tokens:.0f} sampled tokens)")  # fmt: skip
+                    tqdm.write(budget_note(cfg.max_minutes, cfg.max_sampled_tokens, step, trained_seconds, sampled_tokens))
                 break
             if signalled is not None:
                 break
         if signalled is not None and last > saved:  # the signal came after the step's checkpoint phase
-            checkpoint(engine, run_dir, last, worker_rngs=ahead is None)
+            checkpoint(engine, run, last, worker_rngs=ahead is None)
             saved = last
         if signalled is not None:  # ranks > 0 wait until rank 0 has written it: the launcher stops the
             distributed.broadcast(saved)  # others as soon as one rank has exited
     except KeyboardInterrupt:  # a second signal: stop at once; what the last checkpoint holds stays
         raise Interrupted(f"stopped at once during step {last + 1} of {cfg.steps}; "
-                          f"{next_command(run_dir, cfg.steps)}") from None  # fmt: skip
-    finally:
-        bar.close()
-    if ahead:
-        ahead.close()
-    if signalled is not None:
-        raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run_dir))
-    if main:  # evaluation runs once
-        _log_eval(engine, logger, last, "after", final=True)
-        if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
-            _report_before_after(run_dir, last)
-    return run_dir
+                          f"{next_command(run, cfg.steps)}") from None  # fmt: skip
+    return last, saved, signalled
 
 
 # ------------------------------------------------------------------ the loop's phases
@@ -341,159 +328,3 @@ def _settle(ahead: RolloutAhead | None) -> float:
     t0 = time.perf_counter()
     ahead.settle()
     return time.perf_counter() - t0
-
-
-def _report_before_after(run_dir: Path, last: int) -> None:
-    """The trained system against itself untrained on the same held-out items, with the paired interval:
-    printed, and saved as RUN_DIR/results.json (nothing when the run did not evaluate before step 1)."""
-    first = run_dir / EVALS_DIR / "step-000000.json"
-    if last == 0 or not first.exists():
-        return
-    result = before_after(read_eval_items(first), read_eval_items(final_eval_path(run_dir)), (0, last))
-    atomic_write_json(run_dir / "results.json", result.to_json())
-    tqdm.write(f"\n{result.table()}\n(saved in {run_dir / 'results.json'}; `masrl compare` reads the same files)")
-
-
-def _log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
-    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
-    items = engine.task.items("eval", 0, engine.config.eval.size)
-    result = evaluate_system(engine, items, full=final)
-    logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
-    write_eval_items(logger.run_dir, step, result)  # per-item results: intervals and `masrl compare` read them
-    if result.write is not None:
-        result.write(logger.run_dir, step)
-    tqdm.write(f"eval {label}: {result.line}")
-    if final and result.report:
-        tqdm.write(result.report)
-    return dict(result.metrics)
-
-
-def eval_due(config: Config, step: int) -> bool:
-    """Whether `eval.every` asks for an evaluation after `step` (the last step's is the final one)."""
-    return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
-
-
-# ---------------------------------------------------------------- stopping on a signal
-class Interrupted(Exception):
-    """SIGINT or SIGTERM stopped the run (exit code 130); the message says what was kept and what to run next."""
-
-
-class Signals:
-    """SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption) while `train` runs, in the main thread.
-
-    While the engine loads a signal stops at once (KeyboardInterrupt: nothing is trained yet). Once the
-    loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes and is
-    checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
-    at once, keeping what the last checkpoint holds. With `trainer.processes=N` every rank and the
-    launcher hold one; rank 0's signal decides for every rank (the loop broadcasts it)."""
-
-    def __init__(self, note: bool = True) -> None:
-        self.received: str | None = None  # the first signal's name, once one came while graceful
-        self.graceful = False
-        # one note per run: from this process, unless it is a rank > 0 or a launcher that leaves it to rank 0
-        self.note = note and os.environ.get("RANK", "0") == "0"
-        self._before: dict[int, object] = {}
-
-    def __enter__(self) -> Signals:
-        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._before[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._before.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum: int, frame) -> None:
-        name = signal.Signals(signum).name
-        if not self.graceful or self.received is not None:
-            raise KeyboardInterrupt
-        self.received = name
-        if not self.note:
-            return
-        # os.write, not print: a handler may run inside a write to stderr, which print would re-enter.
-        # The newline first puts the note on a line of its own, below the progress bar.
-        os.write(2, f"\nmasrl: {name}: stopping after the step in progress, which is then checkpointed; "
-                    f"{name} again stops at once\n".encode())  # fmt: skip
-
-
-def interrupted_message(name: str, saved: int, steps: int, start: int, run_dir: Path) -> str:
-    """What a graceful stop kept (`saved`: the step last checkpointed) and the command that goes on."""
-    if saved == 0:
-        return f"interrupted ({name}) before step 1 finished; no step to keep; {next_command(run_dir, steps)}"
-    kept = "checkpoint written" if saved > start else f"step {saved}'s checkpoint kept"
-    return f"interrupted ({name}) after step {saved} of {steps}; {kept}; {next_command(run_dir, steps)}"
-
-
-# ---------------------------------------------------------------- a step's metrics
-def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    leaves = [leaf for ep in episodes for leaf in ep.leaves()]
-    ok = [leaf for leaf in leaves if not leaf.failed]
-    calls = [c for ep in episodes for c in ep.calls if c.reply is not None]
-    out = {
-        "trajectories": float(len(leaves)),
-        "failed": float(len(leaves) - len(ok)),
-        "calls": float(len(calls)),  # answered calls of the step, every agent's (what sampling cost)
-        "cost": sum(ep.cost for ep in episodes),
-        "response_tokens_mean": sum(c.reply.tokens_out for c in calls) / max(len(calls), 1),
-        "reward": sum(sum(c.reward for c in ep.path(leaf)) for ep in episodes for leaf in ep.leaves() if not leaf.failed)
-        / max(len(ok), 1),
-    }
-    # Each component summed along its trajectory (as `reward` is), then averaged over all
-    # trajectories; a component a trajectory never met counts 0 there. Leaf-only terms such as
-    # `correct` are thereby the final state's value.
-    paths = [ep.path(leaf) for ep in episodes for leaf in ep.leaves() if not leaf.failed]
-    keys = dict.fromkeys(k for path in paths for c in path for k in c.rewards)
-    out.update({f"reward/{k}": sum(c.rewards.get(k, 0.0) for p in paths for c in p) / max(len(paths), 1) for k in keys})
-    return out
-
-
-def machine_metrics(episodes: Sequence[Episode], scored: Scored, t_sample: float, t_update: float,
-                    t_generate: float) -> dict[str, float]:  # fmt: skip
-    """Measurements of the machine, not of the run: peak memory, the step's seconds, tokens per second."""
-    gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
-    upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss if s.trained)
-    return dict(
-        rss_gb=peak_rss_gb(),
-        sample_seconds=t_sample,
-        update_seconds=t_update,
-        gen_tokens_per_s=gen_tokens / max(t_generate, 1e-9),
-        update_tokens_per_s=upd_tokens / max(t_update, 1e-9) if upd_tokens else 0.0,
-    )
-
-
-class FailureCount:
-    """Generation requests the remote engines failed (`rollout/failures`): how many since the last `new()`."""
-
-    def __init__(self, engine: Parts):
-        self.engine, self.seen = engine, engine.remote_failures()
-
-    def new(self) -> float:
-        now = self.engine.remote_failures()
-        new, self.seen = now - self.seen, now
-        return float(new)
-
-
-def peak_rss_gb() -> float:
-    """Peak resident memory of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def out_of_time(trained_seconds: float, step_seconds: float, max_minutes: float | None) -> bool:
-    """Whether another step, as long as the last one, would end past the time allowance.
-
-    Stopping *before* the step that would overrun keeps a run's training time at
-    most `max_minutes` (up to one step's variation), the "at most 45 minutes" of
-    the issues' measured runs.
-    """
-    if max_minutes is None:
-        return False
-    return trained_seconds + step_seconds > max_minutes * 60.0
-
-
-def out_of_tokens(sampled_tokens: float, step_tokens: float, max_sampled_tokens: int | None) -> bool:
-    """Whether another step that samples as many tokens as the last would end past `max_sampled_tokens`
-    (the equal-token budget of a baseline: it stops before the step that would overrun, as `out_of_time`)."""
-    if max_sampled_tokens is None:
-        return False
-    return sampled_tokens + step_tokens > max_sampled_tokens

@@ -34,9 +34,9 @@ from pathlib import Path
 from masrl.checkpoint import atomic_write_text
 from masrl.compare import difference, interval, pool_methods, seed_runs
 from masrl.config import ConfigError
-from masrl.evaluate import EVALS_DIR, read_eval_items
+from masrl.evaluate import read_eval_items
 from masrl.registry import resolve_system
-from masrl.run_files import Table, read_jsonl, read_metrics, system_kind
+from masrl.run.files import RunDir, Table, read_jsonl, read_metrics, system_kind
 from masrl.systems.api import SystemSpec
 
 EMA = 0.6  # smoothing weight of the "smoothed" curves (TensorBoard's default slider value)
@@ -116,7 +116,7 @@ def eval_tables(name: str, paths: Sequence[Path]) -> list[Table]:
     """Every saved evaluation of a run (or its seeds pooled): methods with intervals and paired differences."""
     by_step: dict[str, list[list]] = {}
     for run in paths:
-        for f in sorted((run / EVALS_DIR).glob("step-*.json")):
+        for f in RunDir(run).eval_files():
             try:
                 by_step.setdefault(f.stem, []).append(read_eval_items(f))
             except ValueError:
@@ -194,7 +194,7 @@ def trees_html(runs: Sequence[tuple[str, Path]]) -> str:
     options, blocks = [], []
     for r, (name, path) in enumerate(runs):
         by_step: dict[int, list[dict]] = {}
-        for rec in read_jsonl(path / "samples.jsonl"):
+        for rec in read_jsonl(RunDir(path).samples):
             by_step.setdefault(rec["step"], []).append(rec)
         for step, recs in sorted(by_step.items()):
             key = f"r{r}s{step}"

@@ -153,7 +153,7 @@ def test_ppo_run_trains_policy_and_critic_and_resumes_exactly(tmp_path, tiny_con
 
     from safetensors.torch import load_file
 
-    from masrl.runlog import RunLogger
+    from masrl.run.log import RunLogger
     from masrl.train import train
 
     ppo = ("algo.advantage=gae", "algo.kl_coef=0.001", "algo.epochs=2", "critic.lr=1e-2", "trainer.steps=3",

@@ -30,7 +30,7 @@ def test_every_builtin_name_resolves_to_its_package_spec():
     for kind in BUILTIN:
         spec = resolve_system(kind)
         assert isinstance(spec, SystemSpec)
-        assert spec.kind == ("search" if kind == "pipeline" else kind)  # pipeline: the search system's old name
+        assert spec.kind == kind
         assert spec.config.model_fields["kind"].default == "single"  # every section is a SystemSection
     builtin = [row[0] for row in available_systems() if row[1] == "built in"]
     assert builtin == ["single", "team", "router", "budget", "search", "turns", "puppeteer", "program"]
@@ -61,7 +61,7 @@ def test_roles_sharing_a_policy_get_one_learner(tiny_config, one_thread):
 @pytest.mark.parametrize(
     "kind, message",
     [
-        ("routr", "system.kind: unknown system 'routr'; did you mean 'router'? available: budget, pipeline"),
+        ("routr", "system.kind: unknown system 'routr'; did you mean 'router'? available: budget, program"),
         ("no_such_module:SYSTEM", "system.kind: cannot import 'no_such_module'"),
         ("test_systems_registry:MISSING", "system.kind: module 'test_systems_registry' has no 'MISSING'"),
         ("test_systems_registry:NOT_A_SPEC", "is a function, not a system"),
@@ -137,7 +137,7 @@ def test_an_old_layout_config_loads_as_the_new_one_and_says_what_moved(tmp_path,
     assert "ignored the sections of other systems: budget" in err
     # An old override on a new config moves the same way (the docs' measured commands keep working).
     assert load_config(new, ["router.dual_lr=0.1", "pool.seed=4"]).system.pool.seed == 4
-    search = load_config("search-fof", ["search.synthetic={people: 60}", "system.kind=pipeline"])
+    search = load_config("search-fof", ["search.synthetic={people: 60}"])
     assert search.system.kind == "search" and search.task.config == {"synthetic": {"people": 60}}
 
 

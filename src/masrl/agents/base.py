@@ -32,13 +32,6 @@ class CountsAttempts(Protocol):
     def fork(self) -> CountsAttempts: ...
 
 
-def as_messages(messages: Sequence[Message] | str) -> tuple[Message, ...]:
-    """Accept a bare string as a single user turn."""
-    if isinstance(messages, str):
-        return (Message("user", messages),)
-    return tuple(messages)
-
-
 def approx_tokens(text: str) -> int:
     """Token estimate for backends that report none (about 4 characters a token)."""
     return max(1, (len(text) + 3) // 4) if text else 0

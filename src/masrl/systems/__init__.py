@@ -8,14 +8,13 @@ entry point in the group `masrl.systems` of an installed package.
 
 from __future__ import annotations
 
-# kind -> "module:object"; `pipeline` is the search system's name before it became a package.
+# kind -> "module:object"
 BUILTIN: dict[str, str] = {
     "single": "masrl.systems.single:SYSTEM",
     "team": "masrl.systems.team:SYSTEM",
     "router": "masrl.systems.router:SYSTEM",
     "budget": "masrl.systems.budget:SYSTEM",
     "search": "masrl.systems.search:SYSTEM",
-    "pipeline": "masrl.systems.search:SYSTEM",
     "turns": "masrl.systems.turns:SYSTEM",
     "puppeteer": "masrl.systems.puppeteer:SYSTEM",
     "program": "masrl.systems.program:SYSTEM",

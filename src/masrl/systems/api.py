@@ -30,13 +30,17 @@ after each step's sampling (e.g. usage and dual ascent), `state_dict()` / `load_
 for state that must survive a checkpoint, `eval_metrics(episodes)` for metrics of its own in
 the default evaluation, and `eval_item_metrics(episode)` for those metrics per item (saved with the
 evaluation so intervals can be computed). docs/api.md walks through a complete example.
+
+Beyond that core it re-exports what the papers' systems use of the engine (agent pools, retrieval,
+the tree's `rollout`, the OpenAI protocol layer, ...), one line each below: they import nothing of
+masrl but this module and their own package, as a user's system does (tests/test_layers.py).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +51,109 @@ from masrl.evaluate import ItemScores, SystemEval, evaluate_episodes
 from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
+from masrl.run.files import Table, View, saved_evaluations
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
-from masrl.run_files import Table, View, saved_evaluations
+
+# ---- What the papers' systems read beyond the core (docs/api.md, "Beyond the core"): each name is
+# the engine's own, re-exported here, so a system (ours or a user's) imports masrl.systems.api alone.
+# Agents, their replies and the config's building blocks
+from masrl.agents.base import (
+    CountsAttempts,  # a frozen agent that counts its attempts per item: reset() per evaluation, fork() per request
+    approx_tokens,  # the token estimate (about 4 characters a token) of an agent whose backend reports none
+)
+from masrl.types import (
+    AgentError,  # what an agent raises when it has no usable reply (the episode's call is marked failed)
+    Sample,  # one trainable call flattened for the update: what a Head's learner receives
+)
+from masrl.config import Section  # a nested part of a system's section (typed, unknown keys refused)
+from masrl.components import MINILM  # the MiniLM sentence encoder's weights package, as a system's need
+from masrl.models import load_model  # a fresh copy of the model a name names (a head's encoder)
+from masrl.sandbox import run_code  # run a program in the contained interpreter (a code-running tool)
+from masrl.stats import bootstrap_mean  # the mean of per-item values with its 95% bootstrap interval
+# Episodes run by the system itself (its evaluation's baselines) and the tree's own hooks
+from masrl.rollout.tree import (
+    CALL_ADDRESS,  # the address of the call being made (a context variable), to seed a head's draw by place
+    Parallel,  # the branching rule of independent episodes: G per task, branching only at the root
+    Planner,  # a sampler that picks the branch rules per task (what a system with its own `expand` reads)
+    address_seed,  # a 63-bit seed from an address, stable across processes
+    rollout,  # run a system's episodes over tasks with agents and a branching rule (an evaluation's baselines)
+)
+from masrl.algos.credit import (
+    FINAL,  # the reward component a system sets on a final output (credit propagates it backward)
+    round_robin_groups,  # MHGPO's round-robin regrouping of calls (keys, leftovers), for its metrics
+    trainable_calls,  # (episode index, call) of every trainable call on a trajectory that did not fail
+)
+from masrl.run.files import (
+    read_metrics,  # the rows of RUN_DIR/metrics.jsonl (a page's views)
+    series,  # (step, value) of one metric over those rows
+)
+# Agent pools (weak to strong, priced), one `system.pool` section shared by the systems that route
+from masrl.pools.build import (
+    build_agent,  # the agent one PoolAgentConfig describes
+    build_pool,  # the pool a PoolConfig describes: agent name -> Agent, weak to strong
+)
+from masrl.pools.champ import build_champ_pool  # write the recorded CHAMP pool file (needs champ-dataset)
+from masrl.pools.config import (
+    PoolAgentConfig,  # one agent of a pool (its backend, model, price)
+    PoolConfig,  # a pool: simulated, recorded CHAMP or your own agents
+    check_pool,  # a pool's cross-checks with the task (ValueError)
+    pool_needs,  # the model packages a pool's local agents load
+)
+from masrl.pools.simulated import (
+    ItemIndex,  # finds the task item a conversation is about, by its question text
+    SimulatedAgent,  # a simulated agent: calibrated correctness draws written up as worked solutions, priced
+)
+# Search over a corpus (the search system's retriever, the orchestrator's tools)
+from masrl.retrieval.corpus import Page as CorpusPage  # one page of a corpus: id, title, text
+from masrl.retrieval.index import (
+    BM25Index,  # a BM25 index over pages
+    DenseIndex,  # a MiniLM embedding index over pages, cached on disk
+    Retriever,  # the protocol of both: search(query, k) -> (page id, score) pairs
+    minilm_encoder,  # the MiniLM sentence encoder: texts -> embeddings
+    search_many,  # the top k pages of each query, each page kept where it first appears
+)
+# Task families' helpers that systems made for them share
+from masrl.tasks.calculator import (
+    calculate,  # the expression a reply types into a calculator and its exact value, or None
+    evaluate as exact_value,  # the exact value (a Fraction) of plain arithmetic, or None
+)
+from masrl.tasks.moves import final_segment  # the text after a reply's last marker (####)
+from masrl.tasks.search import (
+    SearchTask,  # the multi-hop question-answering task over a corpus
+    extract_short_answer,  # the short answer inside a reply's <answer> tag
+    qa_metrics,  # exact match and F1 of a prediction against the gold answer
+)
+from masrl.tasks.team import mixed_reward  # AT-GRPO's mix of the team's and a role's own reward
+from masrl.tasks.tools import (
+    ToolRun,  # a program a reply ran: code, status, stdout, stderr
+    tool_output,  # the text a task should parse from a reply that holds a program, and the run
+)
+# The OpenAI protocol (masrl.http), for a system that serves agents to a program (the program system's gateway)
+from masrl.http import (
+    ChatRequest,  # a POST /v1/chat/completions body
+    Completion,  # what a backend answers to one request
+    HTTPError,  # a refused request: an OpenAI error body with its status
+    ModelCard,  # one model of GET /v1/models
+    ServerSettings,  # host, port, key and limits of a server
+    create_app,  # the FastAPI app serving a backend within those limits
+)
+from masrl.http.protocol import (
+    completion_id,  # a fresh chat-completion id
+    error_body,  # an OpenAI error body
+)
 
 __all__ = [
-    "Agent", "Built", "Call", "Command", "Component", "Config", "ConfigError", "Episode", "GENERAL_RULES", "Head",
-    "ItemScores", "Message", "Page", "Price", "Reply", "ServeOptions", "Serving", "Step", "System", "SystemEval",
-    "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "Transition", "TurnTask", "View",
-    "evaluate_episodes", "format_reward", "grade", "held_out", "lazy", "match_agent", "reward_terms",
-    "saved_evaluations",
+    "Agent", "AgentError", "BM25Index", "Built", "CALL_ADDRESS", "Call", "ChatRequest", "Command", "Completion",
+    "Component", "Config", "ConfigError", "CorpusPage", "CountsAttempts", "DenseIndex", "Episode", "FINAL",
+    "GENERAL_RULES", "HTTPError", "Head", "ItemIndex", "ItemScores", "MINILM", "Message", "ModelCard", "Page",
+    "Parallel", "Planner", "PoolAgentConfig", "PoolConfig", "Price", "Reply", "Retriever", "Sample", "SearchTask",
+    "Section", "ServeOptions", "ServerSettings", "Serving", "SimulatedAgent", "Step", "System", "SystemEval",
+    "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "ToolRun", "Transition", "TurnTask",
+    "View", "address_seed", "approx_tokens", "bootstrap_mean", "build_agent", "build_champ_pool", "build_pool",
+    "calculate", "check_pool", "completion_id", "create_app", "error_body", "evaluate_episodes", "exact_value", "extract_short_answer",
+    "final_segment", "format_reward", "grade", "held_out", "lazy", "load_model", "match_agent", "minilm_encoder",
+    "mixed_reward", "pool_needs", "qa_metrics", "read_metrics", "reward_terms", "rollout", "round_robin_groups",
+    "run_code", "saved_evaluations", "search_many", "series", "tool_output", "trainable_calls",
 ]  # fmt: skip
 
 # Sampler rules (sampler.rule) that need nothing of a system beyond the System protocol.
@@ -84,9 +182,7 @@ class SystemSpec:
     """Everything the engine needs to know of a system; one per system, found by `system.kind`.
 
     The core every system gives (kind, config, build; evaluation, checks, sampler rules and own tasks
-    have defaults), then its optional parts, each its own type: `page`, `commands`, `serving`. The flat
-    keywords `curves=` and `views=` (the page's parts, as docs/api.md first wrote them) are taken into
-    `page` once; read them as `spec.page.curves` and `spec.page.views`."""
+    have defaults), then its optional parts, each its own type: `page`, `commands`, `serving`."""
 
     kind: str
     config: type[SystemSection]  # the `system` section's model
@@ -101,16 +197,7 @@ class SystemSpec:
     needs: Callable[[Config], Sequence[Component]] | None = field(default=None, kw_only=True)
     page: Page = field(default=Page(), kw_only=True)  # its own curves and views on the run's page
     commands: Mapping[str, Command] = field(default_factory=dict)
-    curves: InitVar[tuple[tuple[str, str], ...] | None] = None  # = page=Page(curves=...)
-    views: InitVar[Callable[[Path], Sequence[View]] | None] = None  # = page=Page(views=...)
     serving: "Serving" = field(default_factory=lambda: Serving())  # how `masrl serve RUN_DIR` runs a request
-
-    def __post_init__(self, curves, views) -> None:  # the InitVars above: the page's flat keywords
-        if curves is None and views is None:
-            return
-        if self.page != Page():
-            raise TypeError(f"SystemSpec {self.kind!r}: give its page as page=Page(...) or as curves=/views=, not both")
-        object.__setattr__(self, "page", Page(tuple(curves or ()), views))
 
 
 @dataclass(frozen=True)

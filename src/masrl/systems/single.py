@@ -17,10 +17,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.systems.api import Built, Step, SystemSection, SystemSpec, Task, Transition
-from masrl.tasks.calculator import calculate
-from masrl.tasks.rewards import reward_terms
-from masrl.types import Message, Reply, TaskItem
+from masrl.systems.api import (
+    Built, Message, Reply, Step, SystemSection, SystemSpec, Task, TaskItem, Transition, calculate, reward_terms,
+)
 
 
 class SingleConfig(SystemSection):

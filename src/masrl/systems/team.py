@@ -32,9 +32,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.systems.api import Built, Serving, Step, SystemSection, SystemSpec, Task, Transition
-from masrl.tasks.calculator import calculate, evaluate
-from masrl.types import Episode, Message, Reply, TaskItem
+from masrl.systems.api import (
+    Built, Episode, Message, Reply, Serving, Step, SystemSection, SystemSpec, Task, TaskItem, Transition, calculate,
+    exact_value,
+)
 
 SOLVER = "Compute the result. Reply with the final answer as <answer>NUMBER</answer> and nothing else."
 CHECKER = "You check a draft answer. Reply <verdict>accept</verdict> if it is right, else <verdict>revise</verdict>."
@@ -108,7 +109,7 @@ class SolverChecker:
             return None  # no readable expression: the draft stays, as it does on an unreadable verdict
         expression, value = told
         found = self.task.extract_answer(draft)
-        if found is not None and evaluate(found) == evaluate(value):
+        if found is not None and exact_value(found) == exact_value(value):
             return None
         return TOLD.format(expression=expression, value=value)
 

@@ -265,7 +265,7 @@ def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     between samples, so the updates are real."""
     from safetensors.torch import load_file
 
-    from masrl.runlog import RunLogger
+    from masrl.run.log import RunLogger
     from masrl.train import train
 
     def config(run):

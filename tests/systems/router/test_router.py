@@ -15,7 +15,7 @@ from masrl.algos.credit import group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
 from masrl.rollout.rules import FullTree
 from masrl.rollout.tree import expand
-from masrl.systems.action import Action
+from masrl.systems.router.action import Action
 from masrl.systems.router.baselines import SingleAgentRouter
 from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
 from masrl.systems.router.rewards import (

@@ -6,11 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.config import Section
-from masrl.components import Component
-from masrl.pools.config import PoolConfig, check_pool, pool_needs
-from masrl.systems.action import LabelStyle
-from masrl.systems.api import Config, SystemSection
+from masrl.systems.api import Component, Config, PoolConfig, Section, SystemSection, check_pool, pool_needs
+from masrl.systems.budget.action import LabelStyle
 
 
 class PriceConfig(Section):

@@ -25,11 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from masrl.agents.base import CountsAttempts
-from masrl.evaluate import ItemScores, SystemEval
-from masrl.rollout.tree import Parallel, rollout
+from masrl.systems.api import CountsAttempts, Episode, ItemScores, Parallel, Reply, SystemEval, TaskItem, rollout
 from masrl.systems.budget.system import ALONE, CONTROLLER, BudgetSystem
-from masrl.types import Episode, Reply, TaskItem
 
 
 @dataclass(frozen=True)
@@ -244,10 +241,11 @@ def baselines_table(rows: Sequence[BaselineEval], modes: Sequence[str]) -> str:
 
 def plot_cost_accuracy(results: Sequence[ModeEval], path: Path, baselines: Sequence[BaselineEval] = ()) -> Path:
     """Accuracy against mean cost per query, one labelled point per mode (reference rows in grey)."""
+    # lazy: matplotlib takes about 1 s to import and only the final evaluation's figure draws with it
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above, after the Agg backend is chosen (no display)
 
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     xs, ys = [r.mean_cost for r in results], [r.accuracy for r in results]

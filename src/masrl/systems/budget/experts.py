@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from masrl.pools.simulated import ItemIndex, SimulatedAgent
-from masrl.types import Message, Price, Reply
+from masrl.systems.api import ItemIndex, Message, Price, Reply, SimulatedAgent
 
 PAPER_PRICES = {
     "gpt-4.1-nano": Price(input_per_1k=0.0001, output_per_1k=0.0004),

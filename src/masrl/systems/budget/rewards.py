@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from masrl.types import Price
+from masrl.systems.api import Price
 
 
 def call_cost(prices: Mapping[str, Price], agent: str, tokens_in: int, tokens_out: int) -> float:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from masrl.systems.action import Action, ActionKind
-from masrl.systems.api import ServeOptions
+from masrl.systems.budget.action import Action, ActionKind
+from masrl.systems.api import Episode, ServeOptions
 from masrl.systems.budget.system import BudgetSystem
-from masrl.types import Episode
 
 
 def modes(system: BudgetSystem) -> tuple[str, ...]:

@@ -54,15 +54,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from masrl.config import ConfigError
-from masrl.pools.build import build_pool
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.action import Action, ActionKind, LabelStyle
-from masrl.systems.api import Built, match_agent
+from masrl.systems.api import (
+    Built, ConfigError, Episode, Message, Price, Reply, Step, Task, TaskItem, Transition, build_pool, match_agent,
+)
+from masrl.systems.budget.action import Action, ActionKind, LabelStyle
 from masrl.systems.budget.experts import priced_pool
 from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost
-from masrl.tasks.base import Task
-from masrl.types import Episode, Message, Price, Reply, TaskItem
 
 CONTROLLER = "controller"
 PAPER_BUDGETS = {"low": 0.001, "medium": 0.006, "high": 1000.0}  # dollars per query, appendix A

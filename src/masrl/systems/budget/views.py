@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from masrl.run_files import Table, View, saved_evaluations
-from masrl.stats import bootstrap_mean
+from masrl.systems.api import Table, View, bootstrap_mean, saved_evaluations
 
 
 def budget_views(run_dir: Path) -> list:

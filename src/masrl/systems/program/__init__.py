@@ -14,9 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from masrl.config import ConfigError
-from masrl.pools.build import build_agent
-from masrl.systems.api import Built, SystemSpec
+from masrl.systems.api import Built, ConfigError, SystemSpec, build_agent
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.system import ProgramSystem
 

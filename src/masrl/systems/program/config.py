@@ -6,8 +6,7 @@ import shlex
 
 from pydantic import Field, field_validator, model_validator
 
-from masrl.config import SystemSection
-from masrl.pools.config import PoolAgentConfig
+from masrl.systems.api import PoolAgentConfig, SystemSection
 
 
 class ProgramConfig(SystemSection):

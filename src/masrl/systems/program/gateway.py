@@ -35,14 +35,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import uvicorn
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from masrl.agents.base import Agent
-from masrl.http import ChatRequest, Completion, HTTPError, ModelCard, ServerSettings, create_app
-from masrl.http.protocol import completion_id, error_body
-from masrl.types import Message, Reply
+from masrl.systems.api import (
+    Agent, ChatRequest, Completion, HTTPError, Message, ModelCard, Reply, ServerSettings, completion_id, create_app,
+    error_body,
+)
 
 SESSION: ContextVar[str | None] = ContextVar("masrl_gateway_session", default=None)
 
@@ -221,7 +222,6 @@ class Gateway:
     async def serving(self):
         """Serve on 127.0.0.1 (a free port) while any episode of this event loop is inside."""
         if self._users == 0:
-            import uvicorn
 
             class Quiet(uvicorn.Server):  # Ctrl-C belongs to the training loop, not to this server
                 def capture_signals(self):

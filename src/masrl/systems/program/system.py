@@ -39,12 +39,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from masrl.agents.base import Agent
-from masrl.rollout.tree import Planner, Step
+from masrl.systems.api import Agent, Call, Episode, Planner, Step, TaskItem
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.gateway import Gateway, Recorded, Session
 from masrl.systems.program.runner import Outcome, run_program
-from masrl.types import Call, Episode, TaskItem
 
 ROOT = Step(agent="", role="", turn=0, messages=())  # what a rule sees before any call is known
 

@@ -6,9 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.components import MINILM, Component
-from masrl.pools.config import PoolConfig, check_pool, pool_needs
-from masrl.systems.api import Config, SystemSection
+from masrl.systems.api import Component, Config, MINILM, PoolConfig, SystemSection, check_pool, pool_needs
 from masrl.systems.puppeteer.space import PATTERNS, TOOLS, resolve_folder
 
 

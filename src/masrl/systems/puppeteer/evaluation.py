@@ -18,13 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from masrl.agents.base import CountsAttempts
-from masrl.evaluate import ItemScores, SystemEval
-from masrl.rollout.tree import Parallel, rollout
-from masrl.run_files import read_metrics, series
+from masrl.systems.api import (
+    CountsAttempts, Episode, ItemScores, Parallel, SystemEval, TaskItem, read_metrics, rollout, series,
+)
 from masrl.systems.puppeteer.system import vote_accuracy, voted_answer
 from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
-from masrl.types import Episode, TaskItem
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
-from masrl.models import load_model
-from masrl.retrieval.index import minilm_encoder
-from masrl.rollout.tree import CALL_ADDRESS, address_seed
-from masrl.types import Message, Reply, Sample
+from masrl.systems.api import CALL_ADDRESS, Message, Reply, Sample, address_seed, load_model, minilm_encoder
 
 Encoder = Callable[[list[str]], np.ndarray]  # texts -> [N, D] float
 
@@ -195,8 +193,6 @@ class HeadLearner:
                 "samples": float(len(samples))}  # fmt: skip
 
     def checkpoint_files(self) -> dict[str, Callable[[Path], None]]:
-        from safetensors.torch import save_file
-
         return {
             f"head/{self.name}.safetensors": lambda path: save_file(
                 {k: v.detach().contiguous() for k, v in self.head.state_dict().items()}, str(path)
@@ -205,8 +201,6 @@ class HeadLearner:
         }
 
     def load(self, checkpoint: Path, weights_only: bool = False) -> None:
-        from safetensors.torch import load_file
-
         self.head.load_state_dict(load_file(str(checkpoint / "head" / f"{self.name}.safetensors")))
         if not weights_only:
             self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer" / f"{self.name}.pt", weights_only=False))

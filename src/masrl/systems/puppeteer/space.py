@@ -26,11 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from masrl.agents.base import Agent, approx_tokens
-from masrl.retrieval.corpus import Page
-from masrl.retrieval.index import BM25Index
-from masrl.sandbox import run_code
-from masrl.types import Message, Reply
+from masrl.systems.api import Agent, BM25Index, CorpusPage, Message, Reply, approx_tokens, run_code
 
 TERMINATOR = "terminator"
 
@@ -143,7 +139,9 @@ class FileTool:
 
 class SearchTool:
     def __init__(self, root: Path, k: int = 2, max_chars: int = 400):
-        pages = [Page(id=name, title=name, text=(root / name).read_text(errors="replace")) for name in list_files(root)]
+        pages = [
+            CorpusPage(id=name, title=name, text=(root / name).read_text(errors="replace")) for name in list_files(root)
+        ]
         if not pages:
             raise ValueError(f"the search tool needs text files in {root}")
         self.by_id = {p.id: p for p in pages}

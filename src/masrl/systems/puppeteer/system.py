@@ -38,18 +38,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from masrl.config import ConfigError
-from masrl.pools.build import build_pool
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.api import Built, Head, match_agent
+from masrl.systems.api import (
+    Built, ConfigError, Episode, Head, Message, Reply, Step, Task, TaskItem, Transition, build_pool, match_agent,
+)
+from masrl.systems.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
 from masrl.systems.puppeteer.returns import step_cost
 from masrl.systems.puppeteer.space import (
     TERMINATOR, AgentSpec, agent_space, build_tools, list_files, resolve_folder, space_agents,
 )  # fmt: skip
 from masrl.systems.puppeteer.topology import topology_metrics
 from masrl.systems.puppeteer.vote import majority_vote
-from masrl.tasks.base import Task
-from masrl.types import Episode, Message, Reply, TaskItem
 
 ORCHESTRATOR = "orchestrator"
 
@@ -263,10 +261,6 @@ def build_puppeteer(config, task: Task) -> Built:
 
 
 def build_head(config, actions: Sequence[str]) -> Head:
-    # lazy: the head imports torch (about 1 s), which resolving the system (`masrl systems`, every
-    # config load) should not pay; only `system.policy: head` builds one
-    from masrl.systems.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
-
     p = config.system
     encode, dim = build_encoder(p.encoder, config.model.name)
     # a rollout by place embeds each state alone: which states share a padded batch follows arrival order

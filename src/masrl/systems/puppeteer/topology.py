@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from masrl.types import Episode
+from masrl.systems.api import Episode
 
 AGENT_ROLE = "agent"
 

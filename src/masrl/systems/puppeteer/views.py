@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from masrl.run_files import Table, View, read_metrics
+from masrl.systems.api import Table, View, read_metrics
 from masrl.systems.puppeteer.evaluation import SUMMARY_KEYS
 
 

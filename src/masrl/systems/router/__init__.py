@@ -13,8 +13,7 @@ Its pools (simulated, recorded CHAMP, your own agents) are shared with other sys
 
 from __future__ import annotations
 
-from masrl.pools.champ import main as build_champ_pool
-from masrl.systems.api import Command, Page, Serving, SystemSpec, lazy
+from masrl.systems.api import Command, Page, Serving, SystemSpec, build_champ_pool, lazy
 from masrl.systems.router.config import RouterConfig, check_router, router_needs
 from masrl.systems.router.system import build_router
 
@@ -24,7 +23,8 @@ def _champ_pool_arguments(parser) -> None:
 
 
 def _champ_pool(args) -> int:
-    return build_champ_pool([args.out])
+    print(build_champ_pool(args.out).table())
+    return 0
 
 
 SYSTEM = SystemSpec(

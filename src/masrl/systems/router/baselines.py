@@ -35,24 +35,13 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
+import torch
 
-from masrl.agents.base import Agent, CountsAttempts
-from masrl.retrieval.index import minilm_encoder
-from masrl.tasks.base import Task, grade
-from masrl.types import Message, TaskItem
+from masrl.systems.api import Agent, CountsAttempts, Message, Task, TaskItem, grade, minilm_encoder
 
 Embedder = Callable[[Sequence[str]], np.ndarray]  # texts -> [N, D] float
-
-
-class OneShotRouter(Protocol):
-    name: str
-
-    def choose(self, items: Sequence[TaskItem]) -> list[str]:
-        """One agent name per item: the agent this router wants (caps are applied elsewhere)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -196,8 +185,6 @@ def fit_logistic_heads(
     initialisation only makes runs reproducible; it uses its own generator and
     never touches torch's global one.
     """
-    import torch  # lazily: importing this module should not pay for torch
-
     generator = torch.Generator().manual_seed(seed)
     inputs, targets = torch.from_numpy(x).float(), torch.from_numpy(y).float()  # [N, D], [N, K]
     weight = (0.01 * torch.randn(inputs.shape[1], targets.shape[1], generator=generator)).requires_grad_()

@@ -6,10 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.components import MINILM, Component
-from masrl.pools.config import PoolConfig, check_pool, pool_needs
-from masrl.systems.action import LabelStyle
-from masrl.systems.api import Config, SystemSection
+from masrl.systems.api import Component, Config, MINILM, PoolConfig, SystemSection, check_pool, pool_needs
+from masrl.systems.router.action import LabelStyle
 
 BASELINES = ("single", "random", "classifier", "knn")
 

@@ -34,14 +34,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from masrl.agents.base import Agent, CountsAttempts
-from masrl.evaluate import ItemScores
-from masrl.rollout.tree import Parallel, Step, Transition, rollout
-from masrl.systems.action import Action, ActionKind
+from masrl.systems.api import (
+    Agent, AgentError, CountsAttempts, Episode, ItemScores, Message, Parallel, Reply, Step, Task, TaskItem,
+    Transition, rollout,
+)
+from masrl.systems.router.action import Action, ActionKind
 from masrl.systems.router.baselines import labels_from_agents
 from masrl.systems.router.system import AGENT_PROMPT, CONTROLLER, RouterState, RouterSystem
-from masrl.tasks.base import Task
-from masrl.types import AgentError, Episode, Message, Reply, TaskItem
 
 
 # ---------------------------------------------------------------- caps

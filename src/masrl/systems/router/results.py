@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from masrl.evaluate import SystemEval
+from masrl.systems.api import SystemEval, TaskItem
 from masrl.systems.router import baselines as b
 from masrl.systems.router.evaluation import (
     RouterEval,
@@ -18,7 +18,6 @@ from masrl.systems.router.evaluation import (
     solver_profile,
 )
 from masrl.systems.router.system import AGENT_PROMPT, CONTROLLER
-from masrl.types import TaskItem
 
 
 def saved(result: RouterEval) -> dict:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from masrl.systems.action import Action, ActionKind
+from masrl.systems.router.action import Action, ActionKind
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from masrl.systems.action import Action, ActionKind
-from masrl.systems.api import ServeOptions
+from masrl.systems.router.action import Action, ActionKind
+from masrl.systems.api import Episode, ServeOptions
 from masrl.systems.router.evaluation import CapLedger, LimitedRouter
 from masrl.systems.router.system import RouterSystem
-from masrl.types import Episode
 
 
 @dataclass

@@ -38,11 +38,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from masrl.config import ConfigError
-from masrl.pools.build import build_pool
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.action import Action, ActionKind, LabelStyle
-from masrl.systems.api import Built, match_agent
+from masrl.systems.api import (
+    Built, ConfigError, Episode, Message, Reply, Step, Task, TaskItem, Transition, build_pool, match_agent,
+)
+from masrl.systems.router.action import Action, ActionKind, LabelStyle
 from masrl.systems.router.rewards import (
     REWARDS,
     Multipliers,
@@ -51,8 +50,6 @@ from masrl.systems.router.rewards import (
     default_multipliers,
     dual_ascent,
 )
-from masrl.tasks.base import Task
-from masrl.types import Episode, Message, Reply, TaskItem
 
 CONTROLLER = "controller"
 

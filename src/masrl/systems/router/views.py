@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from masrl.run_files import View, read_metrics
+from masrl.systems.api import View, read_metrics
 
 
 def router_views(run_dir: Path) -> list:

@@ -8,8 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from masrl.components import MINILM, Component
-from masrl.systems.api import Config, SystemSection
+from masrl.systems.api import Component, Config, MINILM, SystemSection
 
 
 class SearchConfig(SystemSection):

@@ -28,7 +28,7 @@ Parsers never raise: every malformed output still leads to a next step, so
 an episode always ends with an answer to grade.
 
 The tree depth of a call is its pipeline position (rewriter 0, reranker 1,
-answerer 2), which is what the samplers fork on (masrl.rollout.tree: ForkAt,
+answerer 2), which is what the samplers fork on (masrl.rollout.rules: ForkAt,
 IndependentSampling, RoundRobin).
 """
 
@@ -41,13 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from masrl.algos.credit import FINAL, round_robin_groups, trainable_calls
-from masrl.retrieval.corpus import Page
-from masrl.retrieval.index import BM25Index, DenseIndex, Retriever, search_many
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.api import Built, ConfigError
-from masrl.tasks.search import SearchTask, extract_short_answer, qa_metrics
-from masrl.types import Episode, Message, Reply, TaskItem
+from masrl.systems.api import (
+    BM25Index, Built, ConfigError, CorpusPage, DenseIndex, Episode, FINAL, Message, Reply, Retriever, SearchTask,
+    Step, TaskItem, Transition, extract_short_answer, qa_metrics, round_robin_groups, search_many, trainable_calls,
+)
 
 ROLES = ("rewriter", "reranker", "answerer")
 POLICY = "shared"
@@ -169,8 +166,8 @@ class PipelineState:
     task: TaskItem
     stage: int = 0  # index into ROLES of the agent about to act
     queries: tuple[str, ...] = ()
-    candidates: tuple[Page, ...] = ()
-    chosen: tuple[Page, ...] = ()
+    candidates: tuple[CorpusPage, ...] = ()
+    chosen: tuple[CorpusPage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,7 +202,7 @@ class SearchPipeline:
         messages = (Message("system", system), Message("user", user))
         return messages + ((Message("assistant", prefill),) if self.settings.prefill else ())
 
-    def _docs(self, pages: Sequence[Page]) -> str:
+    def _docs(self, pages: Sequence[CorpusPage]) -> str:
         n = self.settings.snippet_chars
         return "\n".join(f"[{i}] {p.title}: {_cut(p.text, n)}" for i, p in enumerate(pages))
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from masrl.run_files import Table, View, saved_evaluations
-from masrl.stats import bootstrap_mean
+from masrl.systems.api import Table, View, bootstrap_mean, saved_evaluations
 
 
 def search_views(run_dir: Path) -> list:

@@ -6,7 +6,7 @@
 
 Its environments (Sudoku, Sokoban, Plan-Path, math with a tool, code with tests) and their team and
 local rewards are task families (masrl.tasks: TurnTask, team.py); its per-turn greedy tree is a
-branching rule (masrl.rollout.tree.PerTurnGreedy) and its (environment, agent, turn) groups a
+branching rule (masrl.rollout.rules.PerTurnGreedy) and its (environment, agent, turn) groups a
 grouping rule (masrl.algos.credit).
 """
 

@@ -36,14 +36,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from masrl.config import ConfigError
-from masrl.rollout.tree import Step, Transition
-from masrl.systems.api import Built
-from masrl.tasks.base import TurnTask
-from masrl.tasks.moves import final_segment
-from masrl.tasks.team import mixed_reward
-from masrl.tasks.tools import ToolRun, tool_output
-from masrl.types import Message, Reply, TaskItem
+from masrl.systems.api import (
+    Built, ConfigError, Message, Reply, Step, TaskItem, ToolRun, Transition, TurnTask, final_segment, mixed_reward,
+    tool_output,
+)
 
 HISTORY_CHARS = 240  # characters of one agent's output kept in the history line others see
 

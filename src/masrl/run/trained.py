@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from masrl.checkpoint import latest_checkpoint, read_meta
+from masrl.checkpoint import read_meta
 from masrl.config import ConfigError
 from masrl.loading import load_config
 from masrl.parts import Parts, build_parts
-from masrl.resume import restore
+from masrl.run.files import RunDir
+from masrl.run.resume import restore
 from masrl.types import TrainingError
 
 # TrainingError: what a run without a checkpoint raises
@@ -27,8 +28,9 @@ def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), check
     `overrides` change the saved config as it is read: only `eval.*` ones (`masrl eval RUN eval.size=3`);
     training keys would describe another run than the one the checkpoint holds."""
     check_eval_overrides(overrides)
-    config = load_config(run_dir / "config.yaml", overrides)
-    ckpt = checkpoint or latest_checkpoint(run_dir)
+    run = RunDir(run_dir)
+    config = load_config(run.config, overrides)
+    ckpt = checkpoint or run.latest_checkpoint()
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
     engine = build_parts(config, model=model)

@@ -18,13 +18,14 @@ from pathlib import Path
 import torch
 
 from masrl import distributed
-from masrl.checkpoint import capture_rng, complete_checkpoints, read_meta, restore_rng, save_checkpoint, set_aside
+from masrl.checkpoint import capture_rng, read_meta, restore_rng, save_checkpoint, set_aside
 from masrl.parts import Parts
 from masrl.rollout.hooks import Stateful
+from masrl.run.files import RunDir
 from masrl.types import EnvironmentProblem
 
 
-def checkpoint(engine: Parts, run_dir: Path, step: int, worker_rngs: bool = True) -> None:
+def checkpoint(engine: Parts, run: RunDir, step: int, worker_rngs: bool = True) -> None:
     """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this),
     and with `worker_rngs` the rollout workers' sampling generators."""
     rngs = distributed.gather(capture_rng())
@@ -44,7 +45,7 @@ def checkpoint(engine: Parts, run_dir: Path, step: int, worker_rngs: bool = True
         meta["system"] = engine.hooks.state.state_dict()
     # Frozen agents with state (a simulated agent's attempt counts) resume where they were.
     meta["frozen"] = {n: a.state_dict() for n, a in engine.frozen.items() if isinstance(a, Stateful)}
-    save_checkpoint(run_dir, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
+    save_checkpoint(run.path, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
 
 
 def restore(engine: Parts, ckpt: Path, weights_only: bool = False) -> None:
@@ -64,10 +65,10 @@ def restore(engine: Parts, ckpt: Path, weights_only: bool = False) -> None:
             engine.frozen[name].load_state_dict(agent_state)
 
 
-def restore_newest(engine: Parts, run_dir: Path) -> Path:
+def restore_newest(engine: Parts, run: RunDir) -> Path:
     """Load the newest checkpoint that reads back whole and return it. One that does not
     (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
-    for ckpt in complete_checkpoints(run_dir):
+    for ckpt in run.complete_checkpoints():
         try:
             restore(engine, ckpt)
         except Exception as exc:  # noqa: BLE001 - whatever the loaders raise on a damaged file
@@ -77,8 +78,8 @@ def restore_newest(engine: Parts, run_dir: Path) -> Path:
             continue
         return ckpt
     # a broken run directory (the machine's, exit 3): the damaged checkpoints stay, set aside, for a look
-    raise EnvironmentProblem(f"no checkpoint of {run_dir} reads back whole (each was set aside as broken-step_*); "
-                             f"masrl train {run_dir / 'config.yaml'} starts the run again")  # fmt: skip
+    raise EnvironmentProblem(f"no checkpoint of {run} reads back whole (each was set aside as broken-step_*); "
+                             f"masrl train {run.config} starts the run again")  # fmt: skip
 
 
 def rng_state(ckpt: Path, rank: int) -> dict:

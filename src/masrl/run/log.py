@@ -1,11 +1,11 @@
-"""What a run writes as it trains: metrics.jsonl, TensorBoard, and episode trees in samples.jsonl.
+"""What a run writes as it trains: metrics, TensorBoard, and episode trees (masrl.run.files names the files).
 
 `RunLogger` appends one JSON line per step (`kind: train`) and per evaluation
 (`kind: eval`) to metrics.jsonl, the same numbers to TensorBoard, and every few
 steps the step's first episode trees to samples.jsonl (`episode_record`: what
 `masrl view` draws). A resumed run first drops the lines of steps past its
 checkpoint (`truncate_after`), so the files read as if the run had never stopped;
-a line torn by a kill in the middle of an append is dropped too (`records`).
+a line torn by a kill in the middle of an append is dropped too (`masrl.run.files.records`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from masrl.checkpoint import atomic_write_text
+from masrl.run.files import RunDir, records
 from masrl.scoring import Scored
 from masrl.types import Episode
 
@@ -23,15 +24,15 @@ from masrl.types import Episode
 class RunLogger:
     """metrics.jsonl + TensorBoard + samples.jsonl; a resumed run drops lines past its checkpoint."""
 
-    def __init__(self, run_dir: Path, purge_after: int):
+    def __init__(self, run: RunDir, purge_after: int):
         from torch.utils.tensorboard import SummaryWriter  # lazy: tensorboard loads its protobuf stack
 
-        self.run_dir = run_dir
-        self.metrics_path = run_dir / "metrics.jsonl"
-        self.samples_path = run_dir / "samples.jsonl"
+        self.run = run
+        self.metrics_path = run.metrics
+        self.samples_path = run.samples
         for path in (self.metrics_path, self.samples_path):
             truncate_after(path, purge_after)
-        self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge_after + 1 if purge_after else None)
+        self.tb = SummaryWriter(str(run.tensorboard), purge_step=purge_after + 1 if purge_after else None)
 
     def log(self, step: int, metrics: dict[str, float], kind: str = "train") -> None:
         clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
@@ -87,13 +88,6 @@ def episode_record(step: int, ep: Episode, scored: Scored, index: int) -> dict:
     }
 
 
-def logged(path: Path, step: int, kind: str) -> bool:
-    """Whether metrics.jsonl holds a `kind` line for `step` (e.g. a finished run's final eval)."""
-    if not path.exists():
-        return False
-    return any(r["step"] == step and r["kind"] == kind for _, r in records(path.read_text().splitlines()))
-
-
 def truncate_after(path: Path, step: int) -> None:
     """Keep only lines with step <= `step` (lines from steps a crash lost are dropped)."""
     if not path.exists():
@@ -102,16 +96,3 @@ def truncate_after(path: Path, step: int) -> None:
     kept = [line for line, record in records(lines) if record["step"] <= step]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
-
-def records(lines: Sequence[str]) -> list[tuple[str, dict]]:
-    """(line, record) of every whole JSON line: a kill in the middle of an append leaves a
-    torn last line, which is dropped rather than failing the resume."""
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "step" in record:
-            out.append((line, record))
-    return out

@@ -15,10 +15,10 @@ import errno
 from dataclasses import dataclass
 from pathlib import Path
 
-from masrl.checkpoint import latest_checkpoint, read_meta
+from masrl.checkpoint import read_meta
 from masrl.config import Config, ConfigError
 from masrl.loading import dump_config
-from masrl.runlog import logged
+from masrl.run.files import RunDir
 from masrl.types import EnvironmentProblem
 
 
@@ -30,32 +30,32 @@ class Start:
     new_config: bool = False  # a new run wrote config.yaml where there was none
 
 
-def prepare_run_dir(run_dir: Path, config: Config, resuming: bool) -> Start:
-    """Make `run_dir` a new run's directory, or read where the run in it stopped (`resuming`)."""
+def prepare_run_dir(run: RunDir, config: Config, resuming: bool) -> Start:
+    """Make `run` a new run's directory, or read where the run in it stopped (`resuming`)."""
     if resuming:
-        ckpt = latest_checkpoint(run_dir)
+        ckpt = run.latest_checkpoint()
         if ckpt is None:  # stopped (killed) before its first checkpoint: nothing to continue from
-            raise EnvironmentProblem(f"{run_dir} has no complete checkpoint to resume from; "
-                                     f"{next_command(run_dir, config.trainer.steps)}")  # fmt: skip
+            raise EnvironmentProblem(f"{run} has no complete checkpoint to resume from; "
+                                     f"{next_command(run, config.trainer.steps)}")  # fmt: skip
         step = int(read_meta(ckpt)["step"])
-        return Start(step, step >= config.trainer.steps and logged(run_dir / "metrics.jsonl", step, "eval"))
-    if latest_checkpoint(run_dir) is not None:  # the user asked for a new run where one is: an argument to change
-        raise ConfigError(f"{run_dir} already holds a run; resume it with masrl train --resume {run_dir}, "
+        return Start(step, step >= config.trainer.steps and run.logged(step, "eval"))
+    if run.latest_checkpoint() is not None:  # the user asked for a new run where one is: an argument to change
+        raise ConfigError(f"{run} already holds a run; resume it with masrl train --resume {run}, "
                           "or choose another run.dir")  # fmt: skip
-    made = tuple(p for p in (*reversed(run_dir.parents), run_dir) if not p.exists())
-    new_config = not (run_dir / "config.yaml").exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_config(config, run_dir / "config.yaml")
+    made = tuple(p for p in (*reversed(run.path.parents), run.path) if not p.exists())
+    new_config = not run.config.exists()
+    run.path.mkdir(parents=True, exist_ok=True)
+    dump_config(config, run.config)
     return Start(0, False, made, new_config)
 
 
-def undo_new_run(run_dir: Path, start: Start) -> None:
+def undo_new_run(run: RunDir, start: Start) -> None:
     """Remove what `prepare_run_dir` made for a new run that failed before its first step (a config
     error found while building: a directory holding only config.yaml helps nobody): its config.yaml
     if it wrote it where there was none, and the directories it created, those only while empty: nothing
     the user put there goes."""
     if start.new_config:
-        (run_dir / "config.yaml").unlink(missing_ok=True)
+        run.config.unlink(missing_ok=True)
     for made in reversed(start.made):
         try:
             made.rmdir()
@@ -67,25 +67,25 @@ def undo_new_run(run_dir: Path, start: Start) -> None:
 DISK_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM))
 
 
-def next_command(run_dir: Path, steps: int) -> str:
-    """The command that goes on with the run in `run_dir` from what is on disk now (its newest checkpoint)."""
-    ckpt = latest_checkpoint(run_dir)
+def next_command(run: RunDir, steps: int) -> str:
+    """The command that goes on with `run` from what is on disk now (its newest checkpoint)."""
+    ckpt = run.latest_checkpoint()
     if ckpt is not None:
         step = int(read_meta(ckpt)["step"])
         then = f"continues from step {step + 1}" if step < steps else "runs the final evaluation"
-        return f"masrl train --resume {run_dir} {then}"
-    if (run_dir / "config.yaml").exists():
-        return f"masrl train {run_dir / 'config.yaml'} starts the run again"
+        return f"masrl train --resume {run} {then}"
+    if run.config.exists():
+        return f"masrl train {run.config} starts the run again"
     return "run the same command again"
 
 
-def disk_message(exc: OSError, run_dir: Path, steps: int) -> str:
+def disk_message(exc: OSError, run: RunDir, steps: int) -> str:
     """One line for a write the machine refused (`exc.errno` in DISK_ERRNOS): what, what to do, what then."""
-    where = exc.filename or run_dir
+    where = exc.filename or run
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = "free space on that disk (the checkpoints written so far are whole)"
     elif exc.errno == errno.EROFS:
         fix = "remount it writable (or choose a run.dir on a writable disk)"
     else:
         fix = "make it writable for this user (or choose another run.dir)"
-    return f"cannot write {where}: {exc.strerror}; {fix}, then {next_command(run_dir, steps)}"
+    return f"cannot write {where}: {exc.strerror}; {fix}, then {next_command(run, steps)}"

@@ -1,0 +1,134 @@
+"""How a run stops: on a signal, at its time allowance, or when one of its processes fails.
+
+A first SIGINT or SIGTERM (`Signals`) asks the loop to stop after the step in
+progress, which is then checkpointed; a second stops at once. `out_of_time`
+stops before a step that would overrun `trainer.max_minutes`. With
+`trainer.processes=N` (`launch_ranks`) this process starts N ranks, waits for
+them and stops them all when one fails (masrl.distributed.launch); a signal
+reaches the ranks too, and the launcher says what they kept. A run a signal
+stopped raises `Interrupted` (exit code 130), whose message says what was kept
+and the command that goes on (`interrupted_message`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+import torch
+
+from masrl import distributed
+from masrl.config import Config, ConfigError
+from masrl.parts import config_placement
+from masrl.run.files import RunDir
+from masrl.run.prepare import next_command, prepare_run_dir
+from masrl.types import TrainingError
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the run (exit code 130); the message says what was kept and what to run next."""
+
+
+class Signals:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption) while `train` runs, in the main thread.
+
+    While the engine loads a signal stops at once (KeyboardInterrupt: nothing is trained yet). Once the
+    loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes and is
+    checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
+    at once, keeping what the last checkpoint holds. With `trainer.processes=N` every rank and the
+    launcher hold one; rank 0's signal decides for every rank (the loop broadcasts it)."""
+
+    def __init__(self, note: bool = True) -> None:
+        self.received: str | None = None  # the first signal's name, once one came while graceful
+        self.graceful = False
+        # one note per run: from this process, unless it is a rank > 0 or a launcher that leaves it to rank 0
+        self.note = note and os.environ.get("RANK", "0") == "0"
+        self._before: dict[int, object] = {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._before[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if not self.graceful or self.received is not None:
+            raise KeyboardInterrupt
+        self.received = name
+        if not self.note:
+            return
+        # os.write, not print: a handler may run inside a write to stderr, which print would re-enter.
+        # The newline first puts the note on a line of its own, below the progress bar.
+        os.write(2, f"\nmasrl: {name}: stopping after the step in progress, which is then checkpointed; "
+                    f"{name} again stops at once\n".encode())  # fmt: skip
+
+
+def interrupted_message(name: str, saved: int, steps: int, start: int, run: RunDir) -> str:
+    """What a graceful stop kept (`saved`: the step last checkpointed) and the command that goes on."""
+    if saved == 0:
+        return f"interrupted ({name}) before step 1 finished; no step to keep; {next_command(run, steps)}"
+    kept = "checkpoint written" if saved > start else f"step {saved}'s checkpoint kept"
+    return f"interrupted ({name}) after step {saved} of {steps}; {kept}; {next_command(run, steps)}"
+
+
+def out_of_time(trained_seconds: float, step_seconds: float, max_minutes: float | None) -> bool:
+    """Whether another step, as long as the last one, would end past the time allowance.
+
+    Stopping *before* the step that would overrun keeps a run's training time at
+    most `max_minutes` (up to one step's variation), the "at most 45 minutes" of
+    the issues' measured runs.
+    """
+    if max_minutes is None:
+        return False
+    return trained_seconds + step_seconds > max_minutes * 60.0
+
+
+def out_of_tokens(sampled_tokens: float, step_tokens: float, max_sampled_tokens: int | None) -> bool:
+    """Whether another step that samples as many tokens as the last would end past `max_sampled_tokens`
+    (the equal-token budget of a baseline: it stops before the step that would overrun, as `out_of_time`)."""
+    if max_sampled_tokens is None:
+        return False
+    return sampled_tokens + step_tokens > max_sampled_tokens
+
+
+def budget_note(max_minutes: float | None, max_sampled_tokens: int | None, step: int, seconds: float,
+                tokens: float) -> str:  # fmt: skip
+    """The line a run prints when its time or token allowance stopped it after `step`."""
+    limit = f"trainer.max_minutes={max_minutes}"
+    if max_sampled_tokens is not None:
+        limit += f", max_sampled_tokens={max_sampled_tokens}"
+    return f"{limit}: stopping after step {step} ({seconds / 60:.1f} min, {tokens:.0f} sampled tokens)"
+
+
+# ---------------------------------------------------------------- several processes
+def launch_ranks(rank_train: Callable[[dict, str | None], None], config: Config, run: RunDir, resuming: bool,
+                 model=None) -> None:  # fmt: skip
+    """Start `trainer.processes` ranks, each `rank_train(config_data, resume)`, wait for them and stop them all
+    when one fails (masrl.distributed.launch); TrainingError or Interrupted says how the run goes on."""
+    processes = config.trainer.processes
+    if model is not None:
+        raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
+    place = config_placement(config)  # a bad device or run directory fails here, before any spawn
+    if place.device.type == "cuda" and processes > torch.cuda.device_count():
+        raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
+    start = prepare_run_dir(run, config, resuming)
+    # A signal reaches the ranks too (one process group): the launcher waits while they checkpoint and
+    # stop, then says what was kept. A second one stops it at once (the ranks get theirs as well).
+    with Signals(note=False) as signals:
+        signals.graceful = True
+        args = (config.model_dump(mode="json"), str(run) if resuming else None)
+        try:
+            distributed.launch(rank_train, processes, args)
+        except distributed.RankFailed as exc:
+            if signals.received is None:
+                raise TrainingError(f"{exc}. Continue from the last checkpoint with: "
+                                    f"masrl train --resume {run}") from None  # fmt: skip
+            raise Interrupted(interrupted_message(signals.received, run.saved_step(), config.trainer.steps,
+                                                  start.step, run)) from None  # fmt: skip
