@@ -300,9 +300,10 @@ def test_graceful_shutdown_finishes_in_flight_requests_and_busy_server_says_429(
 
 
 def test_serve_binds_loopback_by_default_and_refuses_bad_settings(router_run, capsys):
-    from masrl.cli import _parser
+    from masrl.cli import _COMMANDS
+    from masrl.cli.parser import build_parser
 
-    args = _parser().parse_args(["serve", str(router_run)])
+    args = build_parser(_COMMANDS).parse_args(["serve", str(router_run)])
     assert args.host == "127.0.0.1"
     assert main(["serve", str(router_run), "--max-concurrency", "0"]) == 2
     assert main(["serve", str(router_run.parent / "nowhere")]) == 2

@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from masrl.evaluate import ItemScores, read_eval_items
-from masrl.run.files import final_eval_path
+from masrl.run.files import RunDir, final_eval_path
 from masrl.stats import (
     Interval, align, bootstrap_mean, paired_difference, pool_seeds, seed_rows, two_level_difference, two_level_mean,
 )
@@ -45,7 +45,8 @@ from masrl.stats import (
 def seed_runs(path: Path) -> list[Path]:
     """The run directories `path` names: itself, or its seed siblings PATH-seedK (in seed order)."""
     path = Path(path)
-    if (path / "config.yaml").exists() or (path / "evals").is_dir() or (path / "eval.json").exists():
+    run = RunDir(path)
+    if run.config.exists() or run.evals.is_dir() or run.eval_json.exists():
         return [path]
     siblings = [p for p in path.parent.glob(f"{path.name}-seed*") if p.is_dir() and p.name[len(path.name) + 5 :].isdigit()]
     if not siblings:
@@ -78,7 +79,7 @@ def load_evaluated(path: Path, step: int | None = None) -> list[Evaluated]:
 
 def run_seed(run: Path, index: int) -> int:
     """The run.seed a run directory was trained with (its saved config), else its place in the group."""
-    config = Path(run) / "config.yaml"
+    config = RunDir(run).config
     saved = (yaml.safe_load(config.read_text()) or {}) if config.is_file() else {}
     seed = (saved.get("run") or {}).get("seed")
     return int(seed) if isinstance(seed, int) else index

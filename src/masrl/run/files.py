@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from masrl.checkpoint import atomic_write_json, complete_checkpoints, latest_checkpoint, read_meta
+from masrl.checkpoint import CHECKPOINTS, atomic_write_json, complete_checkpoints, latest_checkpoint, read_meta
 from masrl.evaluate import ItemScores, SystemEval, eval_record, read_eval_items
 
 
@@ -48,6 +48,11 @@ class RunDir:
     def config(self) -> Path:
         """The resolved config the run started with; `masrl train --resume` and `masrl eval` read it."""
         return self.path / "config.yaml"
+
+    @property
+    def checkpoints(self) -> Path:
+        """The directory of the run's checkpoints (masrl.checkpoint writes and reads them)."""
+        return self.path / CHECKPOINTS
 
     @property
     def metrics(self) -> Path:

@@ -51,7 +51,7 @@ from masrl.evaluate import ItemScores, SystemEval, evaluate_episodes
 from masrl.rollout.tree import Step, System, Transition
 from masrl.tasks.base import Task, TaskFamily, TurnTask, grade, held_out
 from masrl.tasks.rewards import format_reward, reward_terms
-from masrl.run.files import Table, View, saved_evaluations
+from masrl.run.files import RunDir, Table, View, saved_evaluations
 from masrl.types import Call, Episode, Message, Price, Reply, TaskItem
 
 # ---- What the papers' systems read beyond the core (docs/api.md, "Beyond the core"): each name is
@@ -146,7 +146,7 @@ __all__ = [
     "Agent", "AgentError", "BM25Index", "Built", "CALL_ADDRESS", "Call", "ChatRequest", "Command", "Completion",
     "Component", "Config", "ConfigError", "CorpusPage", "CountsAttempts", "DenseIndex", "Episode", "FINAL",
     "GENERAL_RULES", "HTTPError", "Head", "ItemIndex", "ItemScores", "MINILM", "Message", "ModelCard", "Page",
-    "Parallel", "Planner", "PoolAgentConfig", "PoolConfig", "Price", "Reply", "Retriever", "Sample", "SearchTask",
+    "Parallel", "Planner", "PoolAgentConfig", "PoolConfig", "Price", "Reply", "Retriever", "RunDir", "Sample", "SearchTask",
     "Section", "ServeOptions", "ServerSettings", "Serving", "SimulatedAgent", "Step", "System", "SystemEval",
     "SystemSection", "SystemSpec", "Table", "Task", "TaskFamily", "TaskItem", "ToolRun", "Transition", "TurnTask",
     "View", "address_seed", "approx_tokens", "bootstrap_mean", "build_agent", "build_champ_pool", "build_pool",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from masrl.systems.api import Table, View, bootstrap_mean, saved_evaluations
+from masrl.systems.api import RunDir, Table, View, bootstrap_mean, saved_evaluations
 
 
 def search_views(run_dir: Path) -> list:
@@ -17,7 +17,7 @@ def search_views(run_dir: Path) -> list:
     evals = saved_evaluations(run_dir)
     if not evals:
         return []
-    config = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    config = yaml.safe_load(RunDir(run_dir).config.read_text()) or {}
     sampler = (config.get("sampler") or {}).get("rule", "?")
     fig, rows = go.Figure(), []
     for metric in ("f1", "em"):

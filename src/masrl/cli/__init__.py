@@ -8,7 +8,6 @@ finished step is checkpointed). A run that cannot go on otherwise exits with cod
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
@@ -18,9 +17,10 @@ import webbrowser
 from pathlib import Path
 
 from masrl.baseline import BUDGETS, dry_run_text, plan, tables, train_planned
-from masrl.checkpoint import atomic_write_json, latest_checkpoint, read_meta
-from masrl.compare import compare_runs
+from masrl.cli.parser import build_parser, system_commands
+from masrl.checkpoint import atomic_write_json, read_meta
 from masrl.components import MissingComponent, cache_dir, status
+from masrl.compare import compare_runs
 from masrl.config import ConfigError
 from masrl.evaluate import eval_record, evaluate_system
 from masrl.loading import load_config
@@ -29,113 +29,13 @@ from masrl.preflight import preflight, shipped_models
 from masrl.reference import config_markdown, config_text
 from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
-from masrl.run.files import read_metrics
+from masrl.run.files import RunDir, read_metrics
 from masrl.sandbox import SandboxError
 from masrl.types import EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
 from masrl.view import write_page
 
 # The commands that train, evaluate or serve import torch (about 1 s) and the HTTP stack inside
 # their functions (`# lazy:`), so `masrl --help`, `systems`, `compare` and `view` start at once.
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="masrl", description="Train multi-agent LLM systems with RL.")
-    sub = p.add_subparsers(dest="command", required=True)
-    _training_commands(sub)
-    _result_commands(sub)
-    g = sub.add_parser("config", help="every config key with its type, default and description (and a config's values)")
-    g.add_argument("config", nargs="?", help="a YAML config or a shipped config's name: its values and its system's keys")
-    g.add_argument("overrides", nargs="*", help="dotted overrides, e.g. system.kind=budget")
-    g.add_argument("--markdown", action="store_true", help="print docs/config.md (the engine's keys as tables)")
-    sub.add_parser("models", help="list the built-in models and whether they are ready")
-    sub.add_parser("systems", help="list the systems and task families available, built in and installed")
-    _serve_command(sub)
-    for name, (spec, command) in _system_commands().items():
-        c = sub.add_parser(name, help=f"{command.help} (system {spec.kind})")
-        command.arguments(c)
-    return p
-
-
-def _training_commands(sub) -> None:
-    """`train` and `eval`."""
-    t = sub.add_parser("train", help="train with a config (default: the packaged critique-and-routing controller demo)")
-    t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
-    t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
-    t.add_argument("--seeds", type=int, metavar="N",
-                   help="train N runs with seeds run.seed, run.seed+1, ... into RUN_DIR-seed<seed> (one after another)")
-
-    e = sub.add_parser("eval", help="held-out evaluation (greedy; the system's own evaluation where it has one)")
-    e.add_argument("target", nargs="?", help="a run directory, or a YAML config to evaluate untrained")
-    e.add_argument("overrides", nargs="*", help="dotted overrides, e.g. eval.size=50 model.name=tiny")
-    e.add_argument("--out", help="where to write the JSON result (default: RUN_DIR/eval.json)")
-
-
-def _result_commands(sub) -> None:
-    """`compare`, `baseline`, `view`, `report`: reading (and for `baseline`, matching) finished runs."""
-    c = sub.add_parser("compare", help="results with 95%% intervals; paired differences on the same items")
-    c.add_argument("runs", nargs="+", metavar="RUN",
-                   help="one run (its methods against each other) or two (A - B); a prefix of seed runs pools them")
-    c.add_argument("--metric", default="accuracy", help="a per-item metric of the evaluation (default: accuracy)")
-    c.add_argument("--method", help="with two runs: the method to compare (default: each run's first)")
-    c.add_argument("--step", type=int, action="append", default=[], metavar="N",
-                   help="read the evaluation after step N (eval.every) instead of the final one; "
-                        "give it twice for A's and B's steps")  # fmt: skip
-    c.add_argument("--items-only", action="store_true",
-                   help="resample the seeds' pooled items only, not seeds then items (the default for several seeds)")
-    b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
-                       "training time, equal sampled tokens) and print the paired table",
-                       description="For each seed run of RUN: a single agent on its base model, task family, held-out "
-                       "items and machine settings, trained as single-arithmetic trains it, for the run's training "
-                       "seconds (sampling + update) or its sampled tokens; then team minus single with intervals "
-                       "and the inference cost per item (docs/usage.md)")  # fmt: skip
-    b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
-    b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")
-    b.add_argument("--budget", choices=("time", "tokens", "both"), default="both",
-                   help="equal training time (trainer.max_minutes), equal sampled tokens, or both (default)")
-    b.add_argument("--seeds", type=int, metavar="N", help="match the first N seed runs of RUN (default: all)")
-    b.add_argument("--out", metavar="PREFIX", help="train into PREFIX-time-seedK and PREFIX-tokens-seedK "
-                   "(default PREFIX: RUN-single)")  # fmt: skip
-    b.add_argument("--dry-run", action="store_true", help="print the configs it would train, and stop")
-
-    v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")
-    v.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or prefixes of seed runs), overlaid")
-    v.add_argument("--out", help="the HTML file to write (default: RUN/view.html for one run, else masrl-view.html)")
-    v.add_argument("--no-open", action="store_true", help="only write the file; do not open a browser")
-    r = sub.add_parser("report", help="write RUN_DIR/report.html (`masrl view`'s page as one file) and print the curve")
-    r.add_argument("run_dir", help="a run directory")
-
-
-def _serve_command(sub) -> None:
-    s = sub.add_parser("serve", help="serve a run's trained system over an OpenAI-compatible HTTP API "
-                       "(or, with --inference MODEL, a model that loads LoRA adapters at runtime)")  # fmt: skip
-    s.add_argument("run_dir", nargs="?", help="a run directory (not with --inference)")
-    s.add_argument("--inference", metavar="MODEL",
-                   help="serve MODEL (as model.name: tiny, smollm2, a directory) for rollouts: /v1/completions with "
-                   "token ids and log-probs, /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's protocol)")
-    s.add_argument("--adapter-root", help="--inference: adapters are loaded only from under this directory")
-    s.add_argument("--max-adapters", type=int, default=16, help="--inference: adapters held at once")
-    s.add_argument("--threads", type=int, default=0, help="--inference: torch CPU threads (0: torch's default)")
-    s.add_argument("--seed", type=int, default=0, help="--inference: seed of the model (tiny) and of sampling")
-    s.add_argument("--policy", help="serve this trained agent alone as a chat model instead of the system")
-    s.add_argument("--name", help="the model name clients send (default: the run directory's name)")
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--api-key", default=os.environ.get("MASRL_API_KEY"),
-                   help="require Authorization: Bearer KEY (default: $MASRL_API_KEY; unset: no key)")
-    s.add_argument("--max-concurrency", type=int, default=64, help="requests answered at once; more get 429")
-    s.add_argument("--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413")
-
-
-def _system_commands() -> dict:
-    """`masrl NAME` commands that systems add (SystemSpec.commands), built in and installed: name ->
-    (spec, command). The first to claim a name keeps it; masrl's own commands come before all."""
-    commands: dict = {}
-    for _, _, spec, _ in available_systems():
-        for name, cmd in (spec.commands if spec is not None else {}).items():
-            if name not in _COMMANDS:
-                commands.setdefault(name, (spec, cmd))
-    return commands
 
 
 def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
@@ -149,11 +49,11 @@ _DISK_ERRORS = frozenset((errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser(_COMMANDS).parse_args(argv)
     args.own_process = argv is None  # started from the command line, not called with a list
     try:
         if args.command not in _COMMANDS:
-            return _system_commands()[args.command][1].run(args)
+            return system_commands(_COMMANDS)[args.command][1].run(args)
         return _COMMANDS[args.command](args)
     except MissingComponent as exc:  # not a mistake in the config: something to install (masrl.preflight)
         print(f"masrl: {exc}", file=sys.stderr)
@@ -187,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
 def _saved_config(run_dir: Path) -> Path:
     """The config.yaml a run directory was trained with: a directory without one is not a run (a mistaken
     argument), or a run that lost it (its checkpoints or metrics are there: the directory is incomplete)."""
-    config = run_dir / "config.yaml"
-    if config.is_file():
-        return config
+    run = RunDir(run_dir)
+    if run.config.is_file():
+        return run.config
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir} is not a run directory (no such directory)")
-    if (run_dir / "checkpoints").is_dir() or (run_dir / "metrics.jsonl").exists():
+    if run.checkpoints.is_dir() or run.metrics.exists():
         raise EnvironmentProblem(f"{run_dir} is an incomplete run directory: its config.yaml is missing; put back "
                                  "the config it was trained with (run.dir included) as config.yaml")  # fmt: skip
     raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
@@ -267,16 +167,16 @@ def _eval(args) -> int:
             run = Path(target)
             _saved_config(run)
             check_eval_overrides(overrides)  # before the restart under jemalloc: a mistake is one message
-            preflight(load_config(run / "config.yaml"))  # its evaluation's needs too (MiniLM baselines)
-            ckpt = latest_checkpoint(run)
+            preflight(load_config(RunDir(run).config))  # its evaluation's needs too (MiniLM baselines)
+            ckpt = RunDir(run).latest_checkpoint()
             if ckpt is None:
-                config = run / "config.yaml"
+                config = RunDir(run).config
                 raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train {config}), "
                                          f"or evaluate its config untrained: masrl eval {config}")  # fmt: skip
             _under_jemalloc(args)
             engine = load_trained(run, overrides=overrides, checkpoint=ckpt)  # eval.* overrides alone
             step, ckpt = int(read_meta(ckpt)["step"]), ckpt.relative_to(run).as_posix()
-            out = Path(args.out) if args.out else run / "eval.json"
+            out = Path(args.out) if args.out else RunDir(run).eval_json
         else:
             config = load_config(target, overrides)
             preflight(config)
@@ -405,7 +305,7 @@ def _serve(args) -> int:
     if args.run_dir is None:
         raise ConfigError("masrl serve needs a run directory (or --inference MODEL)")
     run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").exists():
+    if not RunDir(run_dir).config.exists():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
     try:
         engine = load_trained(run_dir)
@@ -456,6 +356,3 @@ _COMMANDS = {
     "report": _report, "serve": _serve,
 }  # fmt: skip
 
-
-if __name__ == "__main__":
-    sys.exit(main())
