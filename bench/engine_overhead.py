@@ -5,7 +5,7 @@ Method
   the weights and the compute are the same.
 - Engine path, as rollouts run it: `batch` coroutines, each awaiting
   `PolicyAgent(messages)` (chat encoding -> `GenerationService.generate` ->
-  one batched `PolicyModel.generate` in a worker thread -> decoding into a
+  one batched `HFEngine.generate` in a worker thread -> decoding into a
   `Reply`), gathered under a fresh `asyncio.run`.
 - Direct path: the same prompts, encoded and left-padded once outside the
   timer, passed to the adapter model's `generate` with the same settings.
@@ -17,7 +17,7 @@ Method
   of medians engine/direct is the result (target <= 1.10). The service's own
   counters give the number of `generate` calls per engine batch (must be 1)
   and a timer around each call gives, per round, the engine's time outside
-  `PolicyModel.generate` (asyncio, chat encoding, thread hand-off): a
+  `HFEngine.generate` (asyncio, chat encoding, thread hand-off): a
   precise measure of the overhead that does not depend on the noisy
   difference of two medians.
 
@@ -36,9 +36,10 @@ import torch
 from _util import emit_json, interleaved, median, table, warn_if_busy
 
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
-from masrl.agents.sampling import SamplingParams
+from masrl.generation.hf import HFEngine
+from masrl.generation.sampling import SamplingParams
+from masrl.generation.service import GenerationService
 from masrl.models import load_model
-from masrl.rollout.service import GenerationService
 from masrl.types import Message
 
 POLICY = "solver"
@@ -80,6 +81,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     busy = warn_if_busy()
     model = PolicyModel(load_model(args.model), [POLICY], LoraSpec())
+    hf = HFEngine(model)
     tok = model.tokenizer
     # Rows cannot stop at EOS before max_new_tokens: both paths read this default.
     model.model.get_base_model().generation_config.min_new_tokens = args.new_tokens
@@ -90,7 +92,7 @@ def main() -> None:
     def generate(prompts, params, policy):  # what the service calls, in its worker thread
         worker_threads.append(torch.get_num_threads())
         t0 = time.perf_counter()
-        out = model.generate(prompts, params, policy)
+        out = hf.generate(prompts, params, policy)
         inside.append(time.perf_counter() - t0)
         return out
 

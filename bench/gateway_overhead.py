@@ -28,7 +28,7 @@ from pathlib import Path
 from _util import emit_json, interleaved, median, table, warn_if_busy
 
 from masrl.loading import load_config
-from masrl.engine import build_engine
+from masrl.parts import build_parts
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.team import SolverChecker
 
@@ -50,7 +50,7 @@ def main() -> None:
         f"system.command={sys.executable} {EXAMPLE / 'solver_checker.py'}", "run.dir=/tmp/masrl-bench-gateway",
         f"system.concurrency={args.episodes * args.group}",
     ])  # fmt: skip
-    engine = build_engine(cfg)
+    engine = build_parts(cfg)
     team = SolverChecker(engine.task)
     items = engine.task.items("eval", 0, args.episodes)
     rule = Parallel(args.group)

@@ -30,9 +30,9 @@ import torch
 from _util import emit_json, warn_if_busy
 from generate_vs_hf import POLICY, acting_batch
 
-from masrl.agents.sampling import SamplingParams, left_pad
-from masrl.rollout.decode import LeanEngine, pick_tokens
-from masrl.rollout.llama_decoder import KVCache
+from masrl.generation.lean import LeanEngine, pick_tokens
+from masrl.generation.llama import KVCache
+from masrl.generation.sampling import SamplingParams, left_pad
 
 
 def parse_args() -> argparse.Namespace:

@@ -9,8 +9,8 @@ Method
 - Before every timed call the adapter is moved in place (as an optimiser step
   moves it), so the lean engine re-merges its weights inside the timed call:
   the time to take new adapter weights is part of every lean measurement.
-- `hf`: `PolicyModel.generate` (HF `generate` through peft, the reference
-  engine). `lean`: the same call through `LeanEngine(policy_model).generate`.
+- `hf`: `HFEngine(policy_model).generate` (HF `generate` through peft, the
+  reference engine). `lean`: the same call through `LeanEngine(policy_model).generate`.
 - One warm-up each, then `reps` interleaved rounds; tokens/s = response
   tokens returned / median seconds. Rows that end early (EOS) count only
   the tokens they returned, on both sides.
@@ -29,9 +29,10 @@ import torch
 from _util import emit_json, interleaved, median, table, warn_if_busy
 
 from masrl.agents.policy import LoraSpec, PolicyModel
-from masrl.agents.sampling import SamplingParams
-from masrl.rollout.decode import LeanEngine
-from masrl.rollout.llama_decoder import bf16_supported
+from masrl.generation.hf import HFEngine
+from masrl.generation.lean import LeanEngine
+from masrl.generation.llama import bf16_supported
+from masrl.generation.sampling import SamplingParams
 from masrl.models import load_model
 
 POLICY = "policy"
@@ -77,7 +78,7 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, top_p=1.0)
     lean = LeanEngine(pm)
     bf16 = LeanEngine(pm, precision="bf16") if bf16_supported() else None
-    engines = {"hf": pm.generate, "lean": lean.generate}
+    engines = {"hf": HFEngine(pm).generate, "lean": lean.generate}
     if bf16 is not None:  # rollout.precision: bf16, on CPUs with AVX-512 BF16
         engines["lean-bf16"] = bf16.generate
     produced: dict[str, int] = dict.fromkeys(engines, 0)

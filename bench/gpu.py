@@ -180,8 +180,8 @@ def measure(size: str, place, args) -> dict:
 def lean_generation(pm, prompts: torch.Tensor, args, graphs: bool) -> tuple[float, int, dict]:
     """Median seconds of the lean engine's call (after a warm-up that also merges the adapter), the tokens
     one call returns, and the gap between its sampling log-probs and the trainer's for them."""
-    from masrl.agents.sampling import SamplingParams
-    from masrl.rollout.decode import LeanEngine
+    from masrl.generation.lean import LeanEngine
+    from masrl.generation.sampling import SamplingParams
 
     device = pm.placement.device
     lean = LeanEngine(pm, graphs=graphs)
@@ -239,7 +239,7 @@ def train_smoke(device: str, precision: str) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--precision", default="auto", choices=["auto", "float32", "bf16"])
     p.add_argument("--size", default="all", choices=["all", "tiny", *SIZES], help="all: 0.5b then 1.5b")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--prompt-tokens", type=int, default=256)

@@ -112,14 +112,15 @@ def setup(args):
 
 
 def child_step(args) -> dict:
-    from masrl.agents.sampling import SamplingParams
-    from masrl.rollout.service import GenerationService
+    from masrl.generation.hf import HFEngine
+    from masrl.generation.sampling import SamplingParams
+    from masrl.generation.service import GenerationService
     from masrl.types import Sample
     from masrl.update import UpdateSettings, update_policy
 
     model, opt, prompts, adv = setup(args)
     out = {"loaded": max_rss_bytes()}
-    service = GenerationService(model.generate, max_batch=len(prompts))
+    service = GenerationService(HFEngine(model).generate, max_batch=len(prompts))
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
 
     async def sample():

@@ -9,7 +9,7 @@ Two ratios, each measured within one run (the machine is shared: see bench/READM
    `--new-tokens` new tokens each, temperature 1) through the engine's
    `GenerationService`, (a) in process with torch on 2 threads, one batched
    `generate`; (b) 2 Ray rollout workers x 1 thread each, the batch cut in two
-   (masrl.rollout.ray_workers); (c) for context, in process on 1 thread (on a
+   (masrl.generation.ray); (c) for context, in process on 1 thread (on a
    busy 2-core machine 2 torch threads can be many times slower than 1). Response tokens / second, medians of `--reps`
    interleaved repetitions after a warm-up.
 2. Step time: `masrl train single-arithmetic` with `rollout.workers=1`, synchronous
@@ -49,22 +49,24 @@ def prompts(tokenizer, n: int) -> list[list[int]]:
 
 def throughput(args) -> dict:
     from masrl.agents.policy import LoraSpec, PolicyModel
-    from masrl.agents.sampling import SamplingParams
+    from masrl.generation.hf import HFEngine
+    from masrl.generation.ray import RayWorkers, WorkerSpec
+    from masrl.generation.sampling import SamplingParams
+    from masrl.generation.service import GenerationService
     from masrl.models import load_model
-    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
-    from masrl.rollout.service import GenerationService
 
     torch.set_num_threads(2)
     lora = LoraSpec(rank=16, alpha=32)
     local = PolicyModel(load_model(args.model), ["policy"], lora, keep_reference=False)
+    hf = HFEngine(local)
     batch = prompts(local.tokenizer, args.prompts)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
     spec = WorkerSpec(args.model, ("policy",), lora, seed=0, dtype="float32", threads=1, logprobs=False)
     workers = RayWorkers(spec, 2, address=None, cpus=1.0, timeout_s=600.0, retries=0)
     workers.publish(0, {"policy": local.state_dict("policy")})
-    services = {"in_process_2_threads": GenerationService(local.generate, max_batch=64),
+    services = {"in_process_2_threads": GenerationService(hf.generate, max_batch=64),
                 "ray_2_workers_x_1_thread": GenerationService(workers.generate, max_batch=64, slots=2),
-                "in_process_1_thread": GenerationService(local.generate, max_batch=64)}  # fmt: skip
+                "in_process_1_thread": GenerationService(hf.generate, max_batch=64)}  # fmt: skip
     threads = {"in_process_2_threads": 2, "in_process_1_thread": 1, "ray_2_workers_x_1_thread": 2}
     tokens: dict[str, list[int]] = {name: [] for name in services}
 

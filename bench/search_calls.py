@@ -36,7 +36,7 @@ def main() -> None:
     import torch
 
     from masrl.loading import load_config
-    from masrl.engine import build_engine
+    from masrl.parts import build_parts
     from masrl.rollout.tree import rollout
 
     args = parse_args()
@@ -46,7 +46,7 @@ def main() -> None:
         for name in CONFIGS:
             overrides = [f"model.name={args.model}", f"rollout.max_new_tokens={args.max_new_tokens}",
                          f"run.dir={tmp}/{name}", f"system.cache_dir={tmp}/cache"]  # fmt: skip
-            engine = build_engine(load_config(name, overrides))
+            engine = build_parts(load_config(name, overrides))
             calls = tokens = 0
             for start in range(0, args.questions, args.batch):
                 tasks = engine.task.items("train", start, min(args.batch, args.questions - start))

@@ -47,10 +47,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from masrl.config import ConfigError
-    from masrl.run.trained import TrainingError, load_engine
+    from masrl.run.trained import TrainingError, load_parts
 
     try:
-        engine = load_engine(args.target, args.overrides)
+        engine = load_parts(args.target, args.overrides)
     except (ConfigError, TrainingError) as exc:
         raise SystemExit(f"budget_probe: {exc}")
     system = engine.system

@@ -91,8 +91,9 @@ def champ_rows(path: Path) -> tuple[list[tuple[bool, str]], list[str]]:
 def model_rows(name: str, per_level: int, threads: int, out: Path | None) -> tuple[list[tuple[bool, str]], list[str]]:
     import torch
 
-    from masrl.agents.policy import encode_chat, generate_batch
-    from masrl.agents.sampling import SamplingParams
+    from masrl.agents.policy import encode_chat
+    from masrl.generation.hf import generate_batch
+    from masrl.generation.sampling import SamplingParams
     from masrl.models import load_model
     from masrl.systems.router.system import AGENT_PROMPT
     from masrl.tasks.math import LEVELS, MathTask, extract_math_answer, math_equal

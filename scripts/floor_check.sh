@@ -22,6 +22,7 @@ TORCH=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0]
 "$VENV/bin/python" -m pip install -q -c "$VENV/floors.txt" -e '.[code,champ]' 'pytest>=8' 'psutil>=5.9'
 "$VENV/bin/python" scripts/floors.py --check --except torch
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} RAY_AUTH_MODE=disabled "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/test_hf_compat.py tests/agents tests/rollout/test_decode.py tests/rollout/test_rollout.py \
+  tests/test_hf_compat.py tests/agents tests/generation/test_lean.py tests/generation/test_llama.py \
+  tests/generation/test_engine.py tests/generation/test_hf.py tests/generation/test_service.py tests/rollout/test_rollout.py \
   tests/test_checkpoint.py tests/test_device.py tests/test_train.py tests/test_seeded_metrics.py \
   tests/test_preflight.py tests/retrieval tests/test_config.py

@@ -52,7 +52,8 @@ else
   part bench "$PY" bench/gpu.py --device cpu --size tiny
 fi
 part tests "$PY" -m pytest -q -p no:cacheprovider tests/test_device.py tests/test_distributed.py \
-  tests/test_hf_compat.py tests/agents/test_shared_prompt.py tests/rollout/test_decode.py
+  tests/test_hf_compat.py tests/agents/test_shared_prompt.py tests/generation/test_lean.py \
+  tests/generation/test_llama.py tests/generation/test_engine.py
 part configs "$PY" - "$DEVICE" "$OUT/runs" <<'EOF'
 import sys
 import tempfile

@@ -114,13 +114,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from masrl.config import ConfigError
+    from masrl.run.trained import TrainingError, load_parts
     from masrl.stats import paired_difference
     from masrl.systems.router.evaluation import evaluate_one_shot, solver_profile
     from masrl.systems.router.results import baseline_routers
-    from masrl.run.trained import TrainingError, load_engine
 
     try:
-        engine = load_engine(args.target, args.overrides)
+        engine = load_parts(args.target, args.overrides)
     except (ConfigError, TrainingError) as exc:
         raise SystemExit(f"router_bounds: {exc}")
     if engine.config.system.kind != "router":

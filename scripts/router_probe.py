@@ -73,10 +73,10 @@ def main(argv: list[str]) -> int:
         raise SystemExit("router_probe: --supervise must be >= 0 and --lr > 0")
 
     from masrl.config import ConfigError
-    from masrl.run.trained import TrainingError, load_engine
+    from masrl.run.trained import TrainingError, load_parts
 
     try:
-        engine = load_engine(args.target, args.overrides)
+        engine = load_parts(args.target, args.overrides)
     except (ConfigError, TrainingError) as exc:
         raise SystemExit(f"router_probe: {exc}")
     system = engine.system

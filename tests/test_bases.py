@@ -9,13 +9,13 @@ import pytest
 import torch
 from smoke import tiny_run
 
-import masrl.engine
+import masrl.parts
 from masrl.agents.policy import PolicyModel
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.engine import base_plan, build_engine
+from masrl.parts import base_plan, build_parts
 from masrl.learners import CRITIC
 from masrl.components import smollm2_converted
 from masrl.models import load_model
@@ -62,11 +62,11 @@ def test_base_plan_rejects_names_that_are_not_policies():
 def test_unknown_policy_in_model_bases_names_the_systems_policies():
     per_role = load_config(PER_ROLE, [*FAST, "model.bases={planner: tiny#2}"])
     with pytest.raises(ConfigError, match=r"\['planner'\].*policies are \['tool', 'reasoner'\]"):
-        build_engine(per_role)
+        build_parts(per_role)
     # With system.policies=shared the roles are not policies: only "shared" is.
     shared = load_config(PER_ROLE, [*FAST, "system.policies=shared", "model.bases={tool: tiny#2}"])
     with pytest.raises(ConfigError, match=r"\['tool'\].*policies are \['shared'\]"):
-        build_engine(shared)
+        build_parts(shared)
 
 
 def test_bad_model_names_in_model_bases_fail_validation(tmp_path):
@@ -87,7 +87,7 @@ def distinct_tiny(monkeypatch):
     def load(name, seed=0, **kwargs):
         return load_model(name, seed=seed + (name != "tiny"), **kwargs)
 
-    monkeypatch.setattr(masrl.engine, "load_model", load)
+    monkeypatch.setattr(masrl.parts, "load_model", load)
 
 
 def rollout_once(engine, tasks: int = 1):
@@ -102,7 +102,7 @@ def snapshot(model: PolicyModel) -> dict[str, torch.Tensor]:
 
 def test_two_bases_are_two_copies_and_an_update_changes_only_its_own(distinct_tiny):
     config = load_config(PER_ROLE, [*FAST, "algo.kl_coef=0.1", TWO_BASES])
-    engine = build_engine(config)
+    engine = build_parts(config)
     tool, reasoner = engine.models["tool"], engine.models["reasoner"]
     assert tool is not reasoner and tool.model is not reasoner.model and len(engine.bases) == 2
     assert tool.policies == ("tool",) and reasoner.policies == ("reasoner",)
@@ -152,11 +152,11 @@ def test_two_bases_are_two_copies_and_an_update_changes_only_its_own(distinct_ti
 
 def test_policies_on_one_model_name_share_one_base():
     config = load_config(PER_ROLE, [*FAST, "model.bases={tool: tiny#b, reasoner: tiny#b}"])
-    engine = build_engine(config)
+    engine = build_parts(config)
     assert engine.models["tool"] is engine.models["reasoner"] and len(engine.bases) == 1
     assert engine.model is engine.models["tool"] and engine.model.policies == ("tool", "reasoner")
     # The value model of algo.advantage=gae stays on model.name: a second base here.
-    gae = build_engine(load_config(PER_ROLE, [*FAST, "model.bases={tool: tiny#b, reasoner: tiny#b}",
+    gae = build_parts(load_config(PER_ROLE, [*FAST, "model.bases={tool: tiny#b, reasoner: tiny#b}",
                                               "algo.advantage=gae", "algo.grouping=task"]))  # fmt: skip
     assert gae.models[CRITIC] is not gae.models["tool"] and gae.models[CRITIC].policies == (CRITIC,)
     assert gae.critic.model is gae.models[CRITIC] and len(gae.bases) == 2
@@ -164,7 +164,7 @@ def test_policies_on_one_model_name_share_one_base():
 
 def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_path):
     config = load_config(PER_ROLE, [*FAST, TWO_BASES])
-    engine = build_engine(config)
+    engine = build_parts(config)
     calls = [c for ep in rollout_once(engine) for c in ep.calls]
     for policy in ("tool", "reasoner"):  # two steps each, so A and B both differ from their initial values
         call = next(c for c in calls if c.agent == policy)
@@ -175,7 +175,7 @@ def test_checkpoint_restores_each_adapter_into_its_own_base(distinct_tiny, tmp_p
     assert {p.name for p in (ckpt / "policy").iterdir()} == {"tool.safetensors", "reasoner.safetensors"}
     assert {p.name for p in (ckpt / "optimizer").iterdir()} == {"tool.pt", "reasoner.pt"}
 
-    fresh = build_engine(config)
+    fresh = build_parts(config)
     for policy in ("tool", "reasoner"):
         saved, other = engine.models[policy].state_dict(policy), fresh.models[policy].state_dict(policy)
         assert any(not torch.equal(saved[k], other[k]) for k in saved)  # a new engine draws new adapters
@@ -222,4 +222,4 @@ def test_gae_needs_every_base_on_the_value_models_vocabulary():
     # The value model (on model.name = tiny, a 259-token byte vocabulary) cannot read SmolLM2's token ids.
     config = load_config(PER_ROLE, [*FAST, "algo.advantage=gae", "algo.grouping=task", "model.bases={tool: smollm2}"])
     with pytest.raises(ConfigError, match=r"the bases of \['tool'\] \(model.bases\) have another vocabulary"):
-        build_engine(config)
+        build_parts(config)

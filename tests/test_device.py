@@ -14,7 +14,7 @@ from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.config import ConfigError
 from masrl.device import CPU, DeviceError, placement
 from masrl.hf_compat import activation_checkpointing
-from masrl.engine import build_engine
+from masrl.parts import build_parts
 from masrl.models import load_model
 from masrl.types import Sample
 from masrl.update import UpdateSettings, update_policy
@@ -24,7 +24,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
 
 
 def test_cpu_is_float32_without_autocast():
-    assert placement("cpu", "auto") == CPU == placement("cpu", "fp32")
+    assert placement("cpu", "auto") == CPU == placement("cpu", "float32")
     assert CPU.device == torch.device("cpu") and CPU.weights == torch.float32 and CPU.compute is None
     bf16 = placement("cpu", "bf16")  # allowed, slow: float32 weights, bf16 autocast (the CUDA code path)
     assert (bf16.weights, bf16.compute, bf16.precision) == (torch.float32, torch.bfloat16, "bf16")
@@ -36,7 +36,7 @@ def test_auto_is_cpu_here_and_cuda_is_refused_with_a_reason(tiny_config):
     with pytest.raises(DeviceError, match="torch sees no CUDA device"):
         placement("cuda")
     with pytest.raises(ConfigError, match="trainer.device is cuda"):
-        build_engine(tiny_config("trainer.device=cuda"))
+        build_parts(tiny_config("trainer.device=cuda"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -85,7 +85,7 @@ def test_bf16_autocast_trains_float32_adapters(tiny_config, parity_reward):
     run = train(config)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["solver/grad_norm"] > 0
-    engine = build_engine(config)
+    engine = build_parts(config)
     assert engine.model.placement.compute == torch.bfloat16
     assert {p.dtype for p in engine.model.parameters("solver")} == {torch.float32}
     with torch.no_grad():
@@ -101,7 +101,7 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_model(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["bench"] == "gpu" and result["device"].startswith("cpu") and result["precision"] == "fp32"
+    assert result["bench"] == "gpu" and result["device"].startswith("cpu") and result["precision"] == "float32"
     (tiny,) = result["models"]
     model = load_model("tiny").model
     # rank-16 LoRA on the 7 projections of 2 layers: 16 x (in + out) per projection

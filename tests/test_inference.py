@@ -1,4 +1,4 @@
-"""`masrl serve --inference` (masrl.inference) and the remote rollout engine (masrl.rollout.openai_engine).
+"""`masrl serve --inference` (masrl.inference) and the remote rollout engine (masrl.generation.remote).
 
 - the protocol, through the official `openai` client and raw HTTP on a real server: token ids in, token ids
   and per-token log-probs out; after an adapter is loaded, the served log-probs equal the trainer's
@@ -27,9 +27,9 @@ import torch
 from servers import running
 
 from masrl.agents.policy import LoraSpec, PolicyModel
+from masrl.generation.remote import parse_choice
 from masrl.inference import inference_app
 from masrl.models import load_model
-from masrl.rollout.openai_engine import parse_choice
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SPEC = LoraSpec(rank=4, alpha=8)

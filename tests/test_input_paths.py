@@ -181,12 +181,12 @@ def test_limits_only_is_a_config_switch(monkeypatch):
     """`sandbox.limits_only: true` holds while the engine built from that config lives, and no longer."""
     import masrl.sandbox
     from masrl.loading import load_config
-    from masrl.engine import build_engine
+    from masrl.parts import build_parts
 
     monkeypatch.setattr(masrl.sandbox, "LIMITS_ONLY", False)
-    engine = build_engine(load_config("single-arithmetic", [*tiny_run(), "sandbox.limits_only=true"]))
+    engine = build_parts(load_config("single-arithmetic", [*tiny_run(), "sandbox.limits_only=true"]))
     assert masrl.sandbox.limits_only_allowed() and masrl.sandbox.LIMITS_ONLY is False  # the module's setting untouched
     engine.close()
     assert not masrl.sandbox.limits_only_allowed()
-    build_engine(load_config("single-arithmetic", tiny_run())).close()
+    build_parts(load_config("single-arithmetic", tiny_run())).close()
     assert not masrl.sandbox.limits_only_allowed()

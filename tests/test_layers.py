@@ -52,7 +52,7 @@ def test_the_layer_table_names_no_module_that_does_not_exist(graph, table):
 def test_the_layers_run_from_0_to_the_cli(table):
     assert sorted(set(table.values())) == list(range(10))
     assert table["config"] == 0 and table["types"] == 0  # the schema and the data types at the bottom
-    assert table["systems.api"] < table["registry"] < table["loading"] < table["engine"] < table["train"]
+    assert table["systems.api"] < table["registry"] < table["loading"] < table["parts"] < table["train"]
     assert table["cli"] == max(table.values())
 
 

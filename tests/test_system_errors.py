@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from smoke import tiny_run
 
-import masrl.engine
+import masrl.parts
 from masrl.cli import main
 from masrl.types import ExitCode
 
@@ -100,6 +100,6 @@ def test_a_step_for_an_unknown_agent_is_refused_at_its_first_occurrence(tmp_path
 
 def test_a_first_step_for_an_unknown_agent_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
     loaded = []
-    monkeypatch.setattr(masrl.engine, "load_bases", lambda *a, **k: loaded.append(a) or pytest.fail("model loaded"))
+    monkeypatch.setattr(masrl.parts, "load_bases", lambda *a, **k: loaded.append(a) or pytest.fail("model loaded"))
     assert train(tmp_path / "run", "system.first=judge") == ExitCode.SYSTEM
     assert "asked for agent 'judge' in next_step" in masrl_line(capsys.readouterr().err) and loaded == []

@@ -168,7 +168,7 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tiny_config):
 # ---------------------------------------------------------------- failing agents
 def use_flaky_solver(monkeypatch, fails) -> None:
     """Make train() build an engine whose solver raises AgentError when fails(question)."""
-    real = masrl.train.build_engine
+    real = masrl.train.build_parts
 
     class Flaky:
         name = "solver"
@@ -186,7 +186,7 @@ def use_flaky_solver(monkeypatch, fails) -> None:
         engine.agents = {name: Flaky(agent) for name, agent in engine.agents.items()}
         return engine
 
-    monkeypatch.setattr(masrl.train, "build_engine", build)
+    monkeypatch.setattr(masrl.train, "build_parts", build)
 
 
 def test_failed_trajectories_are_counted_and_left_out_of_the_update(tiny_config, run_dir, parity_reward, monkeypatch):

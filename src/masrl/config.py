@@ -103,7 +103,7 @@ class RolloutConfig(Section):
         "adapter weights re-merged after every update, one prefill per distinct prompt, finished rows leave "
         "the batch (on CUDA each call's decoding step is replayed as a CUDA graph and finished rows stay), "
         "Llama-family models through its own decoder over a preallocated KV cache "
-        "(masrl/rollout/decode.py); openai: the OpenAI-compatible inference servers in rollout.servers "
+        "(masrl/generation/lean.py); openai: the OpenAI-compatible inference servers in rollout.servers "
         "(`masrl serve --inference`, vLLM, SGLang), which load the trained LoRA adapters at runtime "
         "(docs/scale.md)"
     )
@@ -282,8 +282,8 @@ class TrainerConfig(Section):
         "included) before the run stops"
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when torch sees a GPU, else cpu")
-    precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 on cuda (bf16 base weights, float32 adapters, bf16 autocast), fp32 on cpu"
+    precision: Literal["auto", "float32", "bf16"] = Field(
+        "auto", description="auto: bf16 on cuda (bf16 base weights, float32 adapters, bf16 autocast), float32 on cpu"
     )
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory for long prompts, more compute"

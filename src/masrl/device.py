@@ -35,7 +35,7 @@ class Placement:
 
     @property
     def precision(self) -> str:
-        return "bf16" if torch.bfloat16 in (self.weights, self.compute) else "fp32"
+        return "bf16" if torch.bfloat16 in (self.weights, self.compute) else "float32"
 
 
 CPU = Placement()
@@ -56,6 +56,6 @@ def placement(device: str = "auto", precision: str = "auto", local_rank: int | N
     index = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
     if index >= torch.cuda.device_count():
         raise DeviceError(f"local rank {index} has no GPU: this machine has {torch.cuda.device_count()}")
-    if precision == "fp32":
+    if precision == "float32":
         return Placement(torch.device("cuda", index), torch.float32, None)
     return Placement(torch.device("cuda", index), torch.bfloat16, torch.bfloat16)

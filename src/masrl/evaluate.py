@@ -138,7 +138,7 @@ class SystemEval:
 def evaluate_system(engine, items: Sequence[TaskItem], full: bool) -> SystemEval:
     """The evaluation of `engine`'s system on `items`; `full` adds what only the
     final evaluation needs (baselines, result tables, files)."""
-    own = engine.spec.evaluate  # the spec the engine was built from (masrl.engine.Engine.spec)
+    own = engine.spec.evaluate  # the spec the engine was built from (masrl.parts.Parts.spec)
     return (own or evaluate_episodes)(engine, items, full)
 
 

@@ -6,7 +6,7 @@ job installs) up to the newest. Two renames between them touch masrl:
 - The KV cache a model's forward takes and returns was `past_key_values` and became `cache` in
   transformers 5.24 (which keeps `past_key_values` as a deprecated alias that warns; 5.17 to 5.23
   know only `past_key_values`). masrl passes a cache by hand in the shared-prompt log-probs
-  (masrl.agents.policy) and the lean engine's HF forward (masrl.rollout.decode).
+  (masrl.agents.policy) and the lean engine's HF forward (masrl.generation.forwards).
 - Whether a model recomputes activations in its backward was `is_gradient_checkpointing` and became
   `is_activation_checkpointing` in 5.23 (the old name warns there), and the switch that turns it on,
   `gradient_checkpointing_enable(gradient_checkpointing_kwargs=...)`, became

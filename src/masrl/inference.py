@@ -1,6 +1,6 @@
 """`masrl serve --inference MODEL`: a base model whose LoRA adapters are loaded at runtime, over vLLM's protocol.
 
-The trainer's remote engine (`rollout.engine: openai`, masrl.rollout.openai_engine)
+The trainer's remote engine (`rollout.engine: openai`, masrl.generation.remote)
 talks to this server exactly as it talks to vLLM or SGLang, so the whole path is
 tested here on CPU with real server processes. Routes (an `APIRouter` on the
 shared server, masrl.http, so behind its key, size and concurrency limits):
@@ -54,10 +54,11 @@ from safetensors.torch import load_file
 
 import masrl.http  # create_app is looked up when called, as in masrl.serve
 from masrl.agents.policy import LoraSpec, PolicyModel, encode_chat
-from masrl.agents.sampling import Generation, SamplingParams
+from masrl.generation.hf import HFEngine
+from masrl.generation.sampling import Generation, SamplingParams
+from masrl.generation.service import GenerationService
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard, error_body
 from masrl.models import LoadedModel
-from masrl.rollout.service import GenerationService
 from masrl.serve import sampling_for
 
 SLOT = "served"  # the one adapter slot on the base; a request's adapter is loaded into it before its batch
@@ -213,7 +214,7 @@ class InferenceBackend:
                     self.model.load_state_dict(SLOT, state)
                     self._in_slot = adapter
                 policy = SLOT
-            gens = self.model.generate(prompts, params, policy)
+            gens = HFEngine(self.model).generate(prompts, params, policy)
             with torch.no_grad():
                 temperature = params.temperature if not params.greedy else 1.0
                 logp, _ = self.model.response_logprobs(prompts, [g.response_ids for g in gens], policy, temperature)

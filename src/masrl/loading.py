@@ -14,7 +14,6 @@ below the engine (docs/architecture.md).
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from masrl.checkpoint import atomic_write_text
 from masrl.config import DEFAULT_CONFIG, PACKAGED, Config, ConfigError, SystemSection, config_model
+from masrl.generation.engine import check_engine
 from masrl.migration import migrate
 from masrl.registry import resolve_system, resolve_task
 from masrl.run.files import RunDir
@@ -110,7 +110,7 @@ def cross_checks(config: Config) -> None:
                          "other makes them differ by its noise alone; set model.lora_dropout=0")  # fmt: skip
     _check_task(config, spec)
     _check_sampler(config, spec)
-    _check_rollout(config)
+    check_engine(config)
     if config.algo.advantage == "gae" and config.model.lora_rank == 0:
         raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
     unknown = set(config.reward.weights) - {"correct", "format"}
@@ -161,37 +161,6 @@ def _check_sampler(config: Config, spec: SystemSpec) -> None:
                          f"its rules: {', '.join(spec.rules)}")  # fmt: skip
     if any(p < 0 for p in s.fork_probs) or sum(s.fork_probs) <= 0:
         raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {s.fork_probs}")
-
-
-def _check_rollout(config: Config) -> None:
-    r = config.rollout
-    if r.engine == "openai" and r.workers:
-        raise ValueError("rollout.workers are Ray actors of the hf engine; with rollout.engine 'openai' "
-                         "the servers in rollout.servers generate: set rollout.workers=0")  # fmt: skip
-    if r.engine == "openai" and not r.servers:
-        raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
-    if r.engine == "openai" and config.model.bases:
-        raise ValueError("rollout.engine 'openai' serves one base model (model.name): model.bases is not supported")
-    if r.engine == "openai" and config.model.lora_rank == 0:
-        raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
-    if r.workers and importlib.util.find_spec("ray") is None:
-        raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
-    if r.precision != "float32":
-        # The sampler's policy is then not the trainer's: only the truncated importance weight keeps the
-        # update on the trainer's policy (Yao et al. 2025's TIS for vLLM-vs-trainer mismatch; AReaL eq. 5).
-        if r.engine in ("hf", "openai"):
-            raise ValueError(f"rollout.precision {r.precision!r} sets the lean engine's matmuls; rollout.engine "
-                             f"{r.engine!r} samples in the model's own precision: use rollout.engine lean or auto")  # fmt: skip
-        if config.model.lora_rank == 0:
-            raise ValueError(f"rollout.precision {r.precision!r} samples from the lean engine's merged copy of the "
-                             "LoRA weights: set model.lora_rank > 0")  # fmt: skip
-        if config.algo.behavior_cap is None:
-            raise ValueError(f"rollout.precision {r.precision!r} samples from a policy near the trainer's, and the "
-                             "update corrects each token by pi_trainer / pi_sampler truncated at algo.behavior_cap: "
-                             "set it (2.0 is usual)")  # fmt: skip
-    if r.max_staleness and r.engine != "openai" and not r.workers:
-        raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
-                         "rollout.workers > 0 or rollout.engine 'openai'")  # fmt: skip
 
 
 def _check_files(config: Config) -> list[str]:

@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from masrl.agents.base import CountsAttempts
 from masrl.agents.policy import PolicyAgent
-from masrl.agents.sampling import SamplingParams
+from masrl.generation.sampling import SamplingParams
 import masrl.http  # create_app is looked up when called: a caller may replace it (tests/test_bases.py)
 from masrl.config import ConfigError
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard

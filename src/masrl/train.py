@@ -45,8 +45,8 @@ from tqdm import tqdm
 from masrl import distributed
 from masrl.checkpoint import read_meta
 from masrl.config import Config, ConfigError
-from masrl.engine import Engine, build_engine, engine_placement
 from masrl.loading import load_config, validate
+from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
 from masrl.run.evals import eval_due, log_eval, report_before_after
@@ -73,7 +73,7 @@ class TrainedStep:
 
 
 def train_step(
-    engine: Engine, step: int, ahead: RolloutAhead | None = None, failures: FailureCount | None = None
+    engine: Parts, step: int, ahead: RolloutAhead | None = None, failures: FailureCount | None = None
 ) -> TrainedStep:
     """Sample the step's episodes (rank 0; the others receive them), score them, update every policy."""
     main = distributed.is_main()
@@ -110,7 +110,7 @@ def train_step(
     return TrainedStep(episodes, scored, metrics)
 
 
-def sample_step(engine: Engine, step: int) -> list[Episode]:
+def sample_step(engine: Parts, step: int) -> list[Episode]:
     """Phase 1: the episodes of training step `step` (its tasks come from the data position)."""
     n = engine.config.trainer.batch_size
     tasks = engine.task.items("train", (step - 1) * n, n)
@@ -137,7 +137,7 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
             print(f"masrl: note: WORLD_SIZE={os.environ['WORLD_SIZE']} processes were started for the run; "
                   f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
-        distributed.init_from_env(engine_placement(config).device, config.trainer.timeout_minutes)
+        distributed.init_from_env(config_placement(config).device, config.trainer.timeout_minutes)
     try:
         result = _train(config, run, resume is not None, model)
     except BaseException:
@@ -185,7 +185,7 @@ def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals
                   f"masrl train --resume {run}", file=sys.stderr)  # fmt: skip
         return run.path
     try:
-        engine = build_engine(config, model=model)
+        engine = build_parts(config, model=model)
     except BaseException as exc:  # a config error found while building (a user's data file), or Ctrl-C
         if not resuming and distributed.is_main():
             undo_new_run(run, start)  # no directory holding only config.yaml is left behind
@@ -201,7 +201,7 @@ def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals
         engine.close()  # rollout workers and server sessions end with the run, whatever ended it
 
 
-def _run(engine: Engine, config: Config, run: RunDir, start: int, signals: Signals) -> Path:
+def _run(engine: Parts, config: Config, run: RunDir, start: int, signals: Signals) -> Path:
     """Restore a resumed run, evaluate before training, then the loop (with rollouts ahead when asked)."""
     main = distributed.is_main()
     roll_call = distributed.roll_call()
@@ -233,7 +233,7 @@ def _run(engine: Engine, config: Config, run: RunDir, start: int, signals: Signa
             logger.close()
 
 
-def _loop(engine: Engine, config: Config, run: RunDir, start: int, logger: RunLogger | None,
+def _loop(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLogger | None,
           ahead: RolloutAhead | None, signals: Signals) -> Path:  # fmt: skip
     """The steps (`_steps`), then what ends the run: the signal that stopped it, or the final evaluation."""
     main, cfg = distributed.is_main(), config.trainer
@@ -253,7 +253,7 @@ def _loop(engine: Engine, config: Config, run: RunDir, start: int, logger: RunLo
     return run.path
 
 
-def _steps(engine: Engine, config: Config, run: RunDir, start: int, logger: RunLogger | None,
+def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLogger | None,
            ahead: RolloutAhead | None, signals: Signals, bar: tqdm) -> tuple[int, int, str | None]:  # fmt: skip
     """Steps start+1 to `trainer.steps`, until the time allowance or a signal ends them:
     the last step trained, the last one checkpointed, and the signal that stopped the run (or None)."""

@@ -15,10 +15,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from masrl.agents.base import Agent, approx_tokens
-from masrl.agents.hf_local import HFLocalAgent
 from masrl.agents.openai_http import OpenAIChatAgent, _retry_after, chat_url
 from masrl.agents.policy import SamplingParams, encode_chat
 from masrl.agents.python_fn import FunctionAgent
+from masrl.generation.hf_local import HFLocalAgent
 from masrl.models import LoadedModel, build_tiny_model
 from masrl.serve import agent_app
 from masrl.types import AgentError, Message, Price

@@ -9,13 +9,9 @@ import pytest
 import torch
 
 from masrl.algos.losses import behavior_metrics, behavior_weights, total_loss
-from masrl.config import ConfigError
-from masrl.loading import load_config
 from masrl.rollout.ahead import PINNED, Pin, RolloutAhead, rollout_version, staleness
 from masrl.types import Call, Episode, Reply, Sample, TaskItem
 from masrl.update import UpdateSettings, behavior_tensor, update_policy
-
-from test_rollout_workers import ray_dir  # noqa: F401 - a fixture: a Ray instance of the test's own
 
 D = torch.float64
 log = math.log
@@ -231,20 +227,6 @@ def test_staleness_is_how_many_updates_behind_each_reply_was():
     assert staleness([Episode(task, (Call("0", None, "a", "r", 0, (), Reply("x", 1, 1, 0.0)),))], 5) == {}
 
 
-def test_async_and_remote_settings_are_checked_before_anything_loads():
-    with pytest.raises(ConfigError, match="max_staleness > 0 generates while the trainer updates"):
-        load_config("single-arithmetic", ["rollout.max_staleness=1"])
-    with pytest.raises(ConfigError, match="needs rollout.servers"):
-        load_config("single-arithmetic", ["rollout.engine=openai"])
-    with pytest.raises(ConfigError, match="set rollout.workers=0"):
-        load_config("single-arithmetic", ["rollout.engine=openai", "rollout.workers=2",
-                                          "rollout.servers=[http://127.0.0.1:1/v1]"])  # fmt: skip
-    with pytest.raises(ConfigError, match="rollout.max_staleness"):
-        load_config("single-arithmetic", ["rollout.max_staleness=-1"])
-    cfg = load_config("single-arithmetic", ["rollout.workers=2", "rollout.max_staleness=1", "algo.behavior_cap=2"])
-    assert cfg.rollout.max_staleness == 1 and cfg.algo.behavior_cap == 2.0
-
-
 def test_each_step_samples_with_the_version_k_behind_never_before_the_start():
     # The trainer starts step t from version t - 1; k = 2 puts step t's rollout on version t - 3.
     assert [rollout_version(t, 2) for t in range(1, 7)] == [0, 0, 0, 1, 2, 3]
@@ -267,73 +249,3 @@ def test_rollouts_ahead_run_pinned_to_their_steps_version_and_the_caller_is_not(
         ahead.close()
     assert seen == {1: Pin(1, 0), 2: Pin(2, 0), 3: Pin(3, 0), 4: Pin(4, 1), 5: Pin(5, 2)}
     assert PINNED.get() is None  # a synchronous step and an evaluation take the newest
-
-
-def test_ray_workers_send_the_pinned_version_and_keep_every_version_a_later_pin_may_name():
-    """RayWorkers without Ray: publish and pick the adapters a batch names (no actor is started)."""
-    from masrl.rollout.ray_workers import RayWorkers
-
-    pool = RayWorkers.__new__(RayWorkers)  # the bookkeeping only: __init__ would start Ray
-    pool.version, pool._refs, pool.versions, pool.floor = -1, [], {}, None
-
-    def publish(v):
-        pool._add(v, [f"refs{v}"])  # what publish does after ray.put
-
-    publish(0)
-    assert pool._adapters(None) == (0, ["refs0"])
-    assert pool._adapters(0) == (0, ["refs0"]) and pool.floor == 0
-    publish(1)
-    publish(2)
-    assert sorted(pool.versions) == [0, 1, 2]  # a batch pinned to 0 may still come
-    assert pool._adapters(None) == (2, ["refs2"])  # an evaluation: the newest
-    assert pool._adapters(1) == (1, ["refs1"])
-    publish(3)
-    assert sorted(pool.versions) == [1, 2, 3]
-    with pytest.raises(RuntimeError, match="adapter version 0 is not published"):
-        pool._adapters(0)
-
-
-def test_a_pinned_rollouts_batches_are_seeded_by_run_seed_step_and_batch_number():
-    from masrl.agents.sampling import SamplingParams
-    from masrl.rollout.ray_workers import RayWorkers
-    from masrl.rollout.tree import address_seed
-
-    pool = RayWorkers.__new__(RayWorkers)
-    pool.seed, pool._numbered = 7, {}
-    params = SamplingParams(temperature=1.0)
-    seeds = [pool._seeded(params, Pin(3, 1)).seed for _ in range(2)] + [pool._seeded(params, Pin(4, 1)).seed]
-    assert seeds == [address_seed("7:train:3/batch0"), address_seed("7:train:3/batch1"),
-                     address_seed("7:train:4/batch0")]  # fmt: skip
-    assert pool._seeded(params, None) is params  # synchronous: the worker's own generator
-    greedy = SamplingParams(temperature=0.0)
-    assert pool._seeded(greedy, Pin(4, 1)) is greedy  # nothing to draw
-
-
-@pytest.mark.slow  # two runs, each starting Ray: 15-30 s each
-@pytest.mark.parametrize("workers", [1, 2])
-def test_two_asynchronous_runs_with_one_seed_log_the_same_samples_and_metrics(workers, tiny_config, tmp_path,
-                                                                               ray_dir, one_thread):  # fmt: skip
-    """k = 2, 5 steps: each step samples with exactly the version its step pins (staleness 0, 1, 2, 2, 2
-    whatever the timing) and each batch with its own seed (whichever worker draws it), so a second run
-    with the same seed draws every token again and logs every metric again, timings aside."""
-    from test_rollout_workers import PARITY, TIMING, records, samples
-
-    from masrl.train import train
-
-    # Several workers answer in any order: calls listed in tree order keep the update's sums in one order.
-    order = "arrival" if workers == 1 else "place"
-    args = (*PARITY, f"rollout.workers={workers}", f"rollout.order={order}", "rollout.max_staleness=2",
-            "trainer.steps=5", "trainer.log_episodes=1000")  # fmt: skip
-    first = train(tiny_config(*args, f"run.dir={tmp_path / 'first'}"))
-    second = train(tiny_config(*args, f"run.dir={tmp_path / 'second'}"))
-
-    def untimed(record):
-        return {k: v for k, v in record.items() if not any(t in k for t in TIMING)}
-
-    recs = records(first)
-    assert [r["rollout/staleness_max"] for r in recs] == [0, 1, 2, 2, 2]
-    assert [r["rollout/staleness_mean"] for r in recs] == [0, 1, 2, 2, 2]
-    assert any(k.endswith("/behavior_weight_std") for k in recs[-1])
-    assert samples(first) == samples(second)  # every episode's responses, token for token
-    assert [untimed(r) for r in records(first)] == [untimed(r) for r in records(second)]
-    assert [untimed(r) for r in records(first, "eval")] == [untimed(r) for r in records(second, "eval")]

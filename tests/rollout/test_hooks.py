@@ -5,9 +5,9 @@ from __future__ import annotations
 from smoke import tiny_run
 
 from masrl.loading import load_config
-from masrl.engine import build_engine
-from masrl.rollout.hooks import Expands, Observes, Stateful, SystemHooks
+from masrl.parts import build_parts
 from masrl.registry import resolve_system
+from masrl.rollout.hooks import Expands, Observes, Stateful, SystemHooks
 
 
 class Plain:
@@ -59,11 +59,11 @@ def test_a_method_set_to_none_and_half_of_a_state_pair_are_absent():
 
 
 def test_the_engine_keeps_its_spec_and_the_hooks_of_its_system(one_thread):
-    search = build_engine(load_config("search-fof", tiny_run()))
+    search = build_parts(load_config("search-fof", tiny_run()))
     assert search.spec is resolve_system("search") and search.hooks == SystemHooks.of(search.system, search.errors)
     assert search.hooks.observe is not None and search.hooks.eval_item_metrics is not None
     assert search.hooks.state is None
     search.close()
-    router = build_engine(load_config("router-dual-ascent", tiny_run()))
+    router = build_parts(load_config("router-dual-ascent", tiny_run()))
     assert router.spec is resolve_system("router") and router.hooks.state is router.system
     router.close()

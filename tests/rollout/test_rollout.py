@@ -1,4 +1,4 @@
-"""Rollout: the batching generation service, tree expansion, failures, tree credit.
+"""Rollout: tree expansion, failures, tree credit (the batching service: tests/generation/test_service.py).
 
 No model here: generation is a fake function and agents are scripted, so every
 expected batch, call id and Q value is written out by hand.
@@ -11,94 +11,15 @@ import threading
 from dataclasses import dataclass
 
 import pytest
+from generation_cases import FakeGenerate
 
-from masrl.agents.sampling import Generation, SamplingParams
 from masrl.algos.credit import tree_q, trainable_calls
-from masrl.rollout.service import GenerationService
+from masrl.generation.sampling import SamplingParams
+from masrl.generation.service import GenerationService
 from masrl.rollout.tree import EnvSteps, Parallel, Step, Transition, expand, rollout
 from masrl.types import AgentError, Call, Episode, Message, Reply, TaskItem
 
-GREEDY = SamplingParams(max_new_tokens=4, temperature=0.0)
 SAMPLE = SamplingParams(max_new_tokens=4, temperature=1.0)
-
-
-class FakeGenerate:
-    """Records each batch; answers every prompt with its ids reversed."""
-
-    def __init__(self, fail: Exception | None = None):
-        self.batches: list[tuple[list[list[int]], SamplingParams, str | None]] = []
-        self.fail = fail
-
-    def __call__(self, prompts, params, policy):
-        self.batches.append(([list(p) for p in prompts], params, policy))
-        if self.fail is not None:
-            raise self.fail
-        return [Generation(tuple(reversed(p)), f"{policy}:{list(p)}", "stop") for p in prompts]
-
-
-async def gather_requests(service, requests):
-    calls = (service.generate(prompt, params, policy) for prompt, params, policy in requests)
-    return await asyncio.gather(*calls, return_exceptions=True)
-
-
-# ---------------------------------------------------------------- GenerationService
-def test_concurrent_requests_become_one_generate_call():
-    fake = FakeGenerate()
-    service = GenerationService(fake)
-    prompts = [[1, 2], [3], [4, 5, 6], [7], [8, 9]]
-    outs = asyncio.run(gather_requests(service, [(p, SAMPLE, "solver") for p in prompts]))
-
-    assert len(fake.batches) == 1
-    assert fake.batches[0] == (prompts, SAMPLE, "solver")
-    assert [o.response_ids for o in outs] == [tuple(reversed(p)) for p in prompts]  # each caller gets its own
-    assert service.stats.batches == 1 and service.stats.sequences == 5 and service.stats.batch_sizes == [5]
-
-
-def test_requests_arriving_a_few_loop_rounds_apart_still_share_a_batch():
-    """The service lets runnable coroutines take their turns before it cuts a batch."""
-    fake = FakeGenerate()
-    service = GenerationService(fake, settle_rounds=8)
-
-    async def late(i):
-        for _ in range(i):  # e.g. an episode that parses and awaits a bit before asking
-            await asyncio.sleep(0)
-        return await service.generate([i], SAMPLE, "a")
-
-    async def main():
-        return await asyncio.gather(*(late(i) for i in range(4)))
-
-    asyncio.run(main())
-    assert [b[0] for b in fake.batches] == [[[0], [1], [2], [3]]]
-
-
-def test_requests_with_different_params_or_policy_go_to_different_batches():
-    fake = FakeGenerate()
-    service = GenerationService(fake)
-    requests = [([1], SAMPLE, "a"), ([2], GREEDY, "a"), ([3], SAMPLE, "a"), ([4], SAMPLE, "b"), ([5], GREEDY, "a")]
-    outs = asyncio.run(gather_requests(service, requests))
-
-    # Oldest request's group first: (a, SAMPLE), then (a, GREEDY), then (b, SAMPLE).
-    assert fake.batches == [([[1], [3]], SAMPLE, "a"), ([[2], [5]], GREEDY, "a"), ([[4]], SAMPLE, "b")]
-    assert [o.text for o in outs] == ["a:[1]", "a:[2]", "a:[3]", "b:[4]", "a:[5]"]
-
-
-def test_max_batch_splits_a_large_batch():
-    fake = FakeGenerate()
-    service = GenerationService(fake, max_batch=2)
-    asyncio.run(gather_requests(service, [([i], SAMPLE, "a") for i in range(5)]))
-    assert [b[0] for b in fake.batches] == [[[0], [1]], [[2], [3]], [[4]]]
-
-
-def test_generate_exception_reaches_every_waiting_caller_and_the_service_recovers():
-    fake = FakeGenerate(fail=RuntimeError("CUDA out of memory"))
-    service = GenerationService(fake)
-    outs = asyncio.run(gather_requests(service, [([i], SAMPLE, "a") for i in range(3)]))
-    assert len(fake.batches) == 1
-    assert all(isinstance(o, RuntimeError) and str(o) == "CUDA out of memory" for o in outs)
-
-    fake.fail = None
-    [out] = asyncio.run(gather_requests(service, [([7, 8], SAMPLE, "a")]))
-    assert out.response_ids == (8, 7)
 
 
 # ---------------------------------------------------------------- expand
@@ -369,17 +290,3 @@ def test_tree_q_on_parallel_chains_is_the_return_to_go():
     # gamma 0.1: Q(0.0) = 10 + 0.1 * 100, Q(0) = 1 + 0.1 * 20, and so on.
     expected = {"0": 3.0, "0.0": 20.0, "0.0.0": 100.0, "1": 6.0, "1.0": 40.0, "1.0.0": 200.0}
     assert tree_q(ep, 0.1) == pytest.approx(expected)
-
-
-def test_max_tokens_cuts_a_batch_by_rows_times_its_widest_row():
-    fake = FakeGenerate()
-    service = GenerationService(fake, max_tokens=3 * (4 + SAMPLE.max_new_tokens))
-    prompts = [[1, 2], [3, 4, 5, 6], [7], [8, 9, 10, 11, 12], [13]]
-    asyncio.run(gather_requests(service, [(p, SAMPLE, "a") for p in prompts]))
-    # widths (prompt + new tokens) 2, 4, 1 fit 3 rows x 4; a 5-token prompt makes 4 rows x 5 too many; a lone
-    # row always goes
-    assert [b[0] for b in fake.batches] == [prompts[:3], prompts[3:]]
-    service = GenerationService(fake, max_tokens=1)
-    fake.batches.clear()
-    asyncio.run(gather_requests(service, [(p, SAMPLE, "a") for p in prompts[:2]]))
-    assert [b[0] for b in fake.batches] == [prompts[:1], prompts[1:2]]

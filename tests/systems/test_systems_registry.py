@@ -9,7 +9,7 @@ import pytest
 
 from masrl.config import ConfigError, config_model
 from masrl.loading import load_config
-from masrl.engine import build_engine
+from masrl.parts import build_parts
 from masrl.learners import PolicyLearner
 from masrl.registry import available_systems, resolve_system
 from masrl.systems import BUILTIN
@@ -48,7 +48,7 @@ def test_roles_sharing_a_policy_get_one_learner(tiny_config, one_thread):
     """Two agent names on one policy: one adapter, one learner; each agent samples from that adapter."""
     config = tiny_config("system.kind=test_systems_registry:TWO_ROLES")
     assert type(config.system) is SingleConfig and config.system.kind == "test_systems_registry:TWO_ROLES"
-    engine = build_engine(config)
+    engine = build_parts(config)
     assert list(engine.learners) == ["shared", "own"]
     assert all(isinstance(x, PolicyLearner) for x in engine.learners.values())
     assert engine.model.policies == ("shared", "own")

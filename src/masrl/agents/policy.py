@@ -19,15 +19,15 @@ import copy
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
 from masrl.algos.losses import token_logprobs
 from masrl.device import CPU, Placement
+from masrl.generation.sampling import Generation, SamplingParams
 from masrl.hf_compat import activation_checkpointing, cache_kwargs, enable_activation_checkpointing, output_cache
 from masrl.models import LoadedModel
 from masrl.types import Message, Price, Reply
@@ -55,34 +55,6 @@ def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
         [{"role": m.role, "content": m.content} for m in messages], add_generation_prompt=True, tokenize=False
     )
     return tokenizer(text + prefill, add_special_tokens=False)["input_ids"]
-
-
-def generate_batch(model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-    """One batched `generate` call: left padding, KV cache, stop strings."""
-    ids, mask = left_pad(prompts, tokenizer.pad_token_id, model.device)
-    kwargs = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    if params.greedy:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    else:
-        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-    if params.stop:
-        kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
-    seeded = params.seed is not None and not params.greedy
-    # generate() samples from torch's global generator (the model device's): a seeded batch forks it,
-    # so the seed neither depends on nor disturbs what other batches draw.
-    devices = [ids.device] if ids.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices, enabled=seeded):
-        if seeded:
-            torch.manual_seed(params.seed)
-        out = model.generate(input_ids=ids, attention_mask=mask, use_cache=True, return_dict_in_generate=True,
-                             output_logits=params.logprobs, **kwargs)  # fmt: skip
-    rows = out.sequences[:, ids.shape[1] :]  # [B, R]: what follows the padded prompts
-    rows_out = [finish_row(tokenizer, row.tolist(), params) for row in rows.cpu()]
-    if not params.logprobs:
-        return rows_out
-    logits = torch.stack(out.logits, dim=1)  # [B, R, V]: the raw logits each token was drawn from
-    logp = token_logprobs(logits, rows, params.temperature or 1.0).cpu()  # [B, R]
-    return [replace(g, logprobs=tuple(logp[i, : len(g.response_ids)].tolist())) for i, g in enumerate(rows_out)]
 
 
 class PolicyModel:
@@ -207,14 +179,9 @@ class PolicyModel:
         if policy not in self.policies:
             raise KeyError(f"unknown policy {policy!r}; known: {', '.join(self.policies)}")
 
-    # ---- generation --------------------------------------------------------
+    # ---- prompts (generation: masrl.generation.hf and .lean, which take this model) ----------
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
         return encode_chat(self.tokenizer, messages)
-
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None) -> list[Generation]:
-        """HF `generate` through peft, the reference engine (the lean one: masrl.rollout.decode.LeanEngine)."""
-        with self.lock, self.use(policy) as model, self.placement.autocast():
-            return generate_batch(model, self.tokenizer, prompts, params)
 
     # ---- log-probs for the update ---------------------------------------------
     def response_logprobs(

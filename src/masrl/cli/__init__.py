@@ -157,7 +157,7 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
-    from masrl.engine import build_engine  # lazy: torch
+    from masrl.parts import build_parts  # lazy: torch
     from masrl.run.trained import check_eval_overrides, load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
@@ -181,7 +181,7 @@ def _eval(args) -> int:
             config = load_config(target, overrides)
             preflight(config)
             _under_jemalloc(args)
-            engine = build_engine(config)
+            engine = build_parts(config)
             out = Path(args.out) if args.out else None
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)
@@ -292,8 +292,8 @@ def _report(args) -> int:
 
 def _serve(args) -> int:
     from masrl.http import ServerSettings, create_app, run  # lazy: fastapi and uvicorn
-    from masrl.serve import backend_for  # lazy: torch
     from masrl.run.trained import load_trained  # lazy: torch
+    from masrl.serve import backend_for  # lazy: torch
 
     if args.max_concurrency < 1 or args.max_body_bytes < 1:
         raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")

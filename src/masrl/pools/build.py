@@ -15,8 +15,8 @@ import os
 from masrl.agents.base import Agent
 from masrl.agents.openai_http import OpenAIChatAgent
 from masrl.agents.replay import ReplayAgent
-from masrl.agents.sampling import SamplingParams
 from masrl.config import ConfigError
+from masrl.generation.sampling import SamplingParams
 from masrl.pools.champ import load_champ_pool
 from masrl.pools.config import PoolAgentConfig, PoolConfig
 from masrl.pools.drafts import draft_style
@@ -44,7 +44,7 @@ def build_agent(spec: PoolAgentConfig, task, seed: int = 0) -> Agent:
             timeout=spec.timeout, max_retries=spec.max_retries, max_tokens=spec.max_new_tokens,
         )  # fmt: skip
     if spec.backend == "hf":
-        from masrl.agents.hf_local import HFLocalAgent  # lazy: torch and transformers take over a second
+        from masrl.generation.hf_local import HFLocalAgent  # lazy: torch and transformers take over a second
 
         if not spec.model:
             raise ConfigError(f"pool agent {spec.name}: backend hf needs model")

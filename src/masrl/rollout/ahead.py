@@ -19,7 +19,7 @@ seed each of the step's batches by (run seed, step, batch number), so which
 worker draws a batch does not matter. AReaL lets a rollout take whatever is
 newest within the bound; pinning to the bound's edge costs no throughput (the
 thread never waits) and makes the samples a function of the seed, so
-asynchronous runs on Ray workers are reproducible (tests/rollout/test_async.py;
+asynchronous runs on Ray workers are reproducible (tests/generation/test_ray.py;
 docs/scale.md says where that ends).
 """
 

@@ -15,8 +15,8 @@ from tqdm import tqdm
 from masrl.checkpoint import atomic_write_json
 from masrl.compare import before_after
 from masrl.config import Config
-from masrl.engine import Engine
 from masrl.evaluate import evaluate_system, read_eval_items
+from masrl.parts import Parts
 from masrl.run.files import RunDir, final_eval_path
 from masrl.run.log import RunLogger
 
@@ -26,7 +26,7 @@ def eval_due(config: Config, step: int) -> bool:
     return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
 
 
-def log_eval(engine: Engine, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
+def log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
     """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=final)

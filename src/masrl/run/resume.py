@@ -19,13 +19,13 @@ import torch
 
 from masrl import distributed
 from masrl.checkpoint import capture_rng, read_meta, restore_rng, save_checkpoint, set_aside
-from masrl.engine import Engine
+from masrl.parts import Parts
 from masrl.rollout.hooks import Stateful
 from masrl.run.files import RunDir
 from masrl.types import EnvironmentProblem
 
 
-def checkpoint(engine: Engine, run: RunDir, step: int, worker_rngs: bool = True) -> None:
+def checkpoint(engine: Parts, run: RunDir, step: int, worker_rngs: bool = True) -> None:
     """Rank 0 writes the checkpoint; every rank's RNG state goes into it (a collective: all ranks call this),
     and with `worker_rngs` the rollout workers' sampling generators."""
     rngs = distributed.gather(capture_rng())
@@ -48,7 +48,7 @@ def checkpoint(engine: Engine, run: RunDir, step: int, worker_rngs: bool = True)
     save_checkpoint(run.path, step, files, meta, keep=engine.config.trainer.keep_checkpoints)
 
 
-def restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
+def restore(engine: Parts, ckpt: Path, weights_only: bool = False) -> None:
     """Load `ckpt` into `engine`: with `weights_only`, the adapters and the system's state alone."""
     for learner in engine.learners.values():
         learner.load(ckpt, weights_only=weights_only)
@@ -65,7 +65,7 @@ def restore(engine: Engine, ckpt: Path, weights_only: bool = False) -> None:
             engine.frozen[name].load_state_dict(agent_state)
 
 
-def restore_newest(engine: Engine, run: RunDir) -> Path:
+def restore_newest(engine: Parts, run: RunDir) -> Path:
     """Load the newest checkpoint that reads back whole and return it. One that does not
     (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
     for ckpt in run.complete_checkpoints():

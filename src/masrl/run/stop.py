@@ -21,7 +21,7 @@ import torch
 
 from masrl import distributed
 from masrl.config import Config, ConfigError
-from masrl.engine import engine_placement
+from masrl.parts import config_placement
 from masrl.run.files import RunDir
 from masrl.run.prepare import next_command, prepare_run_dir
 from masrl.types import TrainingError
@@ -115,7 +115,7 @@ def launch_ranks(rank_train: Callable[[dict, str | None], None], config: Config,
     processes = config.trainer.processes
     if model is not None:
         raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
-    place = engine_placement(config)  # a bad device or run directory fails here, before any spawn
+    place = config_placement(config)  # a bad device or run directory fails here, before any spawn
     if place.device.type == "cuda" and processes > torch.cuda.device_count():
         raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
     start = prepare_run_dir(run, config, resuming)

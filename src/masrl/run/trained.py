@@ -2,7 +2,7 @@
 
 `load_trained(run_dir)` builds the engine from the run's saved config (with
 `eval.*` overrides only) and loads its newest checkpoint's adapters (and the
-system's own state); `load_engine` takes a run directory or a config
+system's own state); `load_parts` takes a run directory or a config
 (untrained). Neither imports the training loop.
 """
 
@@ -14,16 +14,16 @@ from pathlib import Path
 from masrl.checkpoint import read_meta
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.engine import Engine, build_engine
+from masrl.parts import Parts, build_parts
 from masrl.run.files import RunDir
 from masrl.run.resume import restore
 from masrl.types import TrainingError
 
 # TrainingError: what a run without a checkpoint raises
-__all__ = ["TrainingError", "check_eval_overrides", "load_engine", "load_trained"]
+__all__ = ["TrainingError", "check_eval_overrides", "load_parts", "load_trained"]
 
 
-def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), checkpoint: Path | None = None) -> Engine:
+def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), checkpoint: Path | None = None) -> Parts:
     """An engine with a checkpoint of the run loaded (for eval and serve): `checkpoint`, else the newest.
     `overrides` change the saved config as it is read: only `eval.*` ones (`masrl eval RUN eval.size=3`);
     training keys would describe another run than the one the checkpoint holds."""
@@ -33,7 +33,7 @@ def load_trained(run_dir: Path, model=None, overrides: Sequence[str] = (), check
     ckpt = checkpoint or run.latest_checkpoint()
     if ckpt is None:
         raise TrainingError(f"{run_dir} has no checkpoint")
-    engine = build_engine(config, model=model)
+    engine = build_parts(config, model=model)
     restore(engine, ckpt, weights_only=True)
     engine.publish(int(read_meta(ckpt)["step"]))  # workers or servers generate with the trained adapters
     return engine
@@ -47,9 +47,9 @@ def check_eval_overrides(overrides: Sequence[str]) -> None:
                           f"overridden, not {', '.join(others)}")  # fmt: skip
 
 
-def load_engine(target: str | None, overrides: Sequence[str] = ()) -> Engine:
+def load_parts(target: str | None, overrides: Sequence[str] = ()) -> Parts:
     """A trained run's engine (a run directory: its saved config, latest checkpoint) or an untrained one
     (a config name or file, or None for the default, with dotted overrides)."""
     if target and Path(target).is_dir():
         return load_trained(Path(target), overrides=overrides)  # eval.* overrides alone
-    return build_engine(load_config(target, overrides))
+    return build_parts(load_config(target, overrides))

@@ -16,7 +16,7 @@ The engine finds a spec by `system.kind`:
 - or the name of an entry point in the group `masrl.systems` of an installed package.
 
 What a system may read from the engine: the typed `config` (every engine section and its own
-`config.system`), the `task` it is built for, and in its evaluation the `Engine` (`eval_agents`,
+`config.system`), the `task` it is built for, and in its evaluation the `Parts` (`eval_agents`,
 `frozen`, `task`, `system`, `config`). A system never sees models, optimisers or the algorithm
 that trains it; the builder's `Built` says which agent names are trainable and which policy
 (LoRA adapter) each samples from (several roles can share one policy, `{"coder": "shared",

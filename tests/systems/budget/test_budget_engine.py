@@ -11,7 +11,7 @@ import torch
 
 from masrl.cli import main
 from masrl.loading import load_config
-from masrl.engine import build_engine
+from masrl.parts import build_parts
 from masrl.learners import CRITIC
 from masrl.rollout.tree import Parallel, rollout
 from masrl.scoring import score
@@ -30,7 +30,7 @@ CALLING = (*FREE, "system.prefill=<call>sim-nano: check this</call>", "system.ma
 
 def calling_engine(tmp_path, *extra):
     config = load_config("budget-ppo", [*SMALL, *CALLING, f"run.dir={tmp_path / 'run'}", *extra])
-    engine = build_engine(config)
+    engine = build_parts(config)
     tasks = engine.task.items("train", 0, 2)
     episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, Parallel(2)))
     return engine, episodes
@@ -248,7 +248,7 @@ def test_experts_from_the_pool_section_any_backend_priced_by_the_table(tmp_path)
         *FREE, "system.prefill=<call>local</call>", "system.max_rounds=2",
         "system.prices={local: {input_per_1k: 1.0, output_per_1k: 0.0}}",
     ])  # fmt: skip
-    engine = build_engine(config)
+    engine = build_parts(config)
     assert list(engine.system.experts) == ["local", "sim"]
     episodes = asyncio.run(rollout(engine.system, engine.agents, engine.task.items("train", 0, 2), Parallel(2)))
     for ep in episodes:

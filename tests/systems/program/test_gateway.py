@@ -164,11 +164,11 @@ def tiny_engine_agents(tmp_path_factory):
     from pathlib import Path
 
     from masrl.loading import load_config
-    from masrl.engine import build_engine
+    from masrl.parts import build_parts
     from smoke import tiny_run
 
     example = Path(__file__).resolve().parents[3] / "examples" / "program-solver-checker" / "config.yaml"
     cfg = load_config(str(example), [*tiny_run(), f"run.dir={tmp_path_factory.mktemp('r') / 'run'}",
                                      "system.command=python", "system.trained={solver: solver}"])  # fmt: skip
-    engine = build_engine(cfg)
+    engine = build_parts(cfg)
     return engine.agents

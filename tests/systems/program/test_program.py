@@ -20,7 +20,7 @@ from masrl.algos.credit import trainable_calls
 from masrl.cli import main
 from masrl.config import ConfigError
 from masrl.loading import load_config
-from masrl.engine import build_engine
+from masrl.parts import build_parts
 from masrl.rollout.rules import PerTurnGreedy
 from masrl.rollout.tree import Parallel, expand, rollout
 from masrl.systems.program import interpreter
@@ -119,7 +119,7 @@ def test_the_trainer_scores_the_sampled_tokens_with_the_sampling_logprobs(run_di
     seen.mkdir()
     cfg = config(run_dir, PROGRAMS / "parity.py", f"system.env={{RECORD_DIR: {seen}}}",
                  "system.trained={solver: solver}")
-    engine = build_engine(cfg)
+    engine = build_parts(cfg)
     tasks = engine.task.items("train", 0, 2)
     episodes = asyncio.run(rollout(engine.system, engine.agents, tasks, engine.rule))
     received = {r["id"]: r for r in (json.loads(p.read_text()) for p in seen.glob("*.json"))}
@@ -180,7 +180,7 @@ def program_and_system():
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory):
     cfg = config(tmp_path_factory.mktemp("run") / "run", SOLVER_CHECKER / "solver_checker.py")
-    return build_engine(cfg)
+    return build_parts(cfg)
 
 
 @pytest.mark.parametrize("mode, reason", [
@@ -239,7 +239,7 @@ def test_the_step_goes_on_when_some_runs_fail(run_dir):
 
 def test_a_missing_program_is_a_config_error(run_dir):
     with pytest.raises(ConfigError, match="neither on PATH nor a file"):
-        build_engine(load_config(str(SOLVER_CHECKER / "config.yaml"),
+        build_parts(load_config(str(SOLVER_CHECKER / "config.yaml"),
                                  [*tiny_run(), f"run.dir={run_dir}", "system.command=./no/such/program"]))  # fmt: skip
 
 
@@ -247,7 +247,7 @@ def test_python_as_the_program_is_the_interpreter_masrl_runs_on(run_dir, monkeyp
     # `.venv/bin/masrl train examples/.../config.yaml` from a shell whose PATH has no venv: the shipped
     # command `python solver_checker.py` must still start the venv's Python (it has `openai`).
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    engine = build_engine(load_config(str(SOLVER_CHECKER / "config.yaml"), [*tiny_run(), f"run.dir={run_dir}"]))
+    engine = build_parts(load_config(str(SOLVER_CHECKER / "config.yaml"), [*tiny_run(), f"run.dir={run_dir}"]))
     assert engine.system.config.command == [PY, "examples/program-solver-checker/solver_checker.py"]
     assert interpreter(["python3", "-u", "x.py"]) == [PY, "-u", "x.py"]
     assert interpreter(["/opt/env/bin/python", "x.py"]) == ["/opt/env/bin/python", "x.py"]  # a path is kept

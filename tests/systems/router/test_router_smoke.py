@@ -87,8 +87,8 @@ def test_router_over_real_llm_agents_local_and_http(tmp_path, capsys):
     (masrl.serve in front of another tiny model, over real HTTP), trained and evaluated."""
     from servers import running
 
-    from masrl.agents.hf_local import HFLocalAgent
     from masrl.agents.policy import SamplingParams
+    from masrl.generation.hf_local import HFLocalAgent
     from masrl.models import LoadedModel, build_tiny_model
     from masrl.serve import agent_app
 

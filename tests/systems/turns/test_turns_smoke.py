@@ -11,7 +11,7 @@ import torch
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
 from masrl.loading import load_config
-from masrl.engine import build_engine
+from masrl.parts import build_parts
 from masrl.rollout.tree import rollout
 from masrl.types import Sample
 from smoke import tiny_run
@@ -42,7 +42,7 @@ def test_shipped_turn_configs_run_two_steps(config, tmp_path):
 
 def test_per_role_calls_train_their_own_adapter_only():
     config = load_config("turns-planpath-per-role", [*FAST, "sampler.group_size=2"])
-    engine = build_engine(config)
+    engine = build_parts(config)
     items = engine.task.items("train", 0, 1)
     episodes = asyncio.run(rollout(engine.system, engine.agents, items, engine.rule))
     calls = [c for ep in episodes for c in ep.calls]

@@ -1,4 +1,4 @@
-"""Rollout workers as Ray actors (masrl.rollout.ray_workers), on this CPU with the tiny model.
+"""Rollout workers as Ray actors (masrl.generation.ray), on this CPU with the tiny model.
 
 - one synchronous worker draws the in-process samples and logs the in-process metrics for 3 seeded steps
   (worker 0 starts from the trainer's sampling generator, and one slot cuts the batches as in process);
@@ -6,7 +6,9 @@
 - a worker killed with SIGKILL while it holds a batch: the batch is retried on the other worker, the
   failure is counted, and the restarted worker catches up with the current adapters on its next batch;
 - asynchronous k=1 records each sample's adapter version and behaviour log-probs, and its staleness;
-- `rollout.precision` reaches the workers (a bf16 worker's generations carry their sampling log-probs).
+- `rollout.precision` reaches the workers (a bf16 worker's generations carry their sampling log-probs);
+- a rollout sampled ahead (masrl.rollout.ahead) gets the adapter version its step pins and seeds each batch
+  by (run seed, step, batch number), so two asynchronous runs with one seed draw the same tokens.
 
 Each test gets its own Ray instance in its own temp dir and shuts it down. The default run holds the first
 and the pool-level kill test (about 40 s together); the rest are marked slow.
@@ -18,16 +20,31 @@ import asyncio
 import json
 import math
 import os
+import re
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
+import threading
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 import ray  # the `scale` extra, installed by scripts/setup.sh
 import torch
+from test_train import Crash, crash_after_logging
 
-from masrl.agents.policy import SamplingParams
-from masrl.rollout.llama_decoder import bf16_supported
+from masrl.agents.policy import LoraSpec, PolicyModel
+from masrl.cli import main
+from masrl.generation.llama import bf16_supported
+from masrl.generation.ray import RayWorkers, RolloutWorker, WorkerSpec, host_port
+from masrl.generation.sampling import SamplingParams
+from masrl.models import load_model
+from masrl.rollout.ahead import Pin
+from masrl.rollout.tree import address_seed
 from masrl.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -81,8 +98,6 @@ def test_a_resumed_worker_run_samples_what_the_uninterrupted_run_samples(tiny_co
     """1 worker, 4 steps straight vs. killed after step 3 (checkpoint at 2) and resumed: the worker's
     sampling generator is in the checkpoint, so steps 3-4 draw the same tokens (without it the restarted
     worker would start its stream over)."""
-    from test_train import Crash, crash_after_logging
-
     args = (*PARITY, "rollout.workers=1", "trainer.steps=4", "trainer.checkpoint_every=2", "trainer.keep_checkpoints=3")
     straight = train(tiny_config(*args, f"run.dir={tmp_path / 'straight'}"))
     crashed = tmp_path / "crashed"
@@ -107,9 +122,6 @@ def test_two_workers_share_the_batches_and_the_run_trains(tiny_config, tmp_path,
 
 
 def _trainer_model():
-    from masrl.agents.policy import LoraSpec, PolicyModel
-    from masrl.models import load_model
-
     torch.manual_seed(0)
     model = PolicyModel(load_model("tiny", seed=0), ["red"], LoraSpec(rank=4, alpha=8))
     with torch.no_grad():  # a fresh adapter has B = 0 (the base policy): make the adapters matter
@@ -119,9 +131,6 @@ def _trainer_model():
 
 
 def test_a_worker_killed_mid_batch_is_retried_counted_and_restarted_with_the_current_adapters(ray_dir):
-    from masrl.agents.policy import LoraSpec
-    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
-
     model = _trainer_model()
     spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=True)
     pool = RayWorkers(spec, 2, address=None, cpus=1.0, timeout_s=300.0, retries=1)
@@ -159,10 +168,6 @@ def test_a_worker_killed_mid_batch_is_retried_counted_and_restarted_with_the_cur
 
 @pytest.mark.slow
 def test_sigkill_of_a_generating_worker_mid_step_the_step_completes_and_counts_it(tiny_config, tmp_path, ray_dir):
-    import threading
-
-    import psutil
-
     run_dir = tmp_path / "killed"
     killed: list[int] = []
 
@@ -217,9 +222,6 @@ def test_asynchronous_k1_trains_on_samples_one_version_behind_and_corrects_them(
 
 
 def cluster_cpus(ray_cli: str, address: str, env: dict) -> float:
-    import re
-    import subprocess
-
     out = subprocess.run([ray_cli, "status", "--address", address], env=env, capture_output=True, text=True).stdout
     found = re.search(r"/([0-9.]+) CPU", out)
     return float(found.group(1)) if found else 0.0
@@ -229,12 +231,6 @@ def cluster_cpus(ray_cli: str, address: str, env: dict) -> float:
 def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both(tiny_config, tmp_path, ray_dir, capsys):
     """`ray start --head` and `ray start --address` (each --block, so stopping them stops their node), one CPU each:
     rollout.workers=2 with ray.worker_cpus=1 must put one worker on each node."""
-    import socket
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -275,8 +271,6 @@ def test_ray_address_attaches_to_a_head_and_a_second_node_and_trains_across_both
 
 def test_ray_that_cannot_start_stops_the_run_with_exit_code_3_and_says_why(tiny_overrides, tmp_path, monkeypatch, capsys):
     """RAY_TMPDIR under a regular file: ray.init fails with its own error, which the run reports in one line."""
-    from masrl.cli import main
-
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("RAY_TMPDIR", str(blocker / "ray"))
@@ -290,10 +284,6 @@ def test_ray_that_cannot_start_stops_the_run_with_exit_code_3_and_says_why(tiny_
 
 def test_a_ray_address_nobody_answers_at_fails_in_seconds_with_exit_code_3(tiny_overrides, tmp_path, ray_dir, capsys):
     """Without the knock on the GCS port, ray.init retries such an address for many minutes, silently."""
-    import socket
-
-    from masrl.cli import main
-
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -310,16 +300,11 @@ def test_a_ray_address_nobody_answers_at_fails_in_seconds_with_exit_code_3(tiny_
     ("[::1]:6379", ("::1", 6379)), ("auto", None), ("ray://head:10001", None), (":6379", None), ("head:", None),
 ])  # fmt: skip
 def test_which_ray_addresses_are_knocked_at(address, expected):
-    from masrl.rollout.ray_workers import host_port
-
     assert host_port(address) == expected
 
 
 @pytest.mark.slow
 def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_dir):
-    from masrl.agents.policy import LoraSpec
-    from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
-
     model = _trainer_model()
     spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=False)
     pool = RayWorkers(spec, 1, address=None, cpus=1.0, timeout_s=300.0, retries=1)
@@ -346,9 +331,6 @@ def test_the_only_worker_killed_mid_batch_answers_it_after_ray_restarts_it(ray_d
 def test_a_worker_samples_in_the_precision_the_trainer_names():
     """rollout.precision reaches the workers: a bf16 worker's generations carry their sampling log-probs
     (the behaviour policy the update weighs by) though the spec asks for none (synchronous training)."""
-    from masrl.agents.policy import LoraSpec
-    from masrl.rollout.ray_workers import RolloutWorker, WorkerSpec
-
     spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1,
                       logprobs=False, engine="lean", precision="bf16")  # fmt: skip
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
@@ -360,3 +342,64 @@ def test_a_worker_samples_in_the_precision_the_trainer_names():
         torch.set_rng_state(rng)
     assert worker.sample.__self__.precision == "bf16"
     assert all(g.logprobs is not None and len(g.logprobs) == len(g.response_ids) > 0 for g in gens)
+
+
+# ---------------------------------------------------------------- rollouts sampled ahead (masrl.rollout.ahead)
+def test_ray_workers_send_the_pinned_version_and_keep_every_version_a_later_pin_may_name():
+    """RayWorkers without Ray: publish and pick the adapters a batch names (no actor is started)."""
+    pool = RayWorkers.__new__(RayWorkers)  # the bookkeeping only: __init__ would start Ray
+    pool.version, pool._refs, pool.versions, pool.floor = -1, [], {}, None
+
+    def publish(v):
+        pool._add(v, [f"refs{v}"])  # what publish does after ray.put
+
+    publish(0)
+    assert pool._adapters(None) == (0, ["refs0"])
+    assert pool._adapters(0) == (0, ["refs0"]) and pool.floor == 0
+    publish(1)
+    publish(2)
+    assert sorted(pool.versions) == [0, 1, 2]  # a batch pinned to 0 may still come
+    assert pool._adapters(None) == (2, ["refs2"])  # an evaluation: the newest
+    assert pool._adapters(1) == (1, ["refs1"])
+    publish(3)
+    assert sorted(pool.versions) == [1, 2, 3]
+    with pytest.raises(RuntimeError, match="adapter version 0 is not published"):
+        pool._adapters(0)
+
+
+def test_a_pinned_rollouts_batches_are_seeded_by_run_seed_step_and_batch_number():
+    pool = RayWorkers.__new__(RayWorkers)
+    pool.seed, pool._numbered = 7, {}
+    params = SamplingParams(temperature=1.0)
+    seeds = [pool._seeded(params, Pin(3, 1)).seed for _ in range(2)] + [pool._seeded(params, Pin(4, 1)).seed]
+    assert seeds == [address_seed("7:train:3/batch0"), address_seed("7:train:3/batch1"),
+                     address_seed("7:train:4/batch0")]  # fmt: skip
+    assert pool._seeded(params, None) is params  # synchronous: the worker's own generator
+    greedy = SamplingParams(temperature=0.0)
+    assert pool._seeded(greedy, Pin(4, 1)) is greedy  # nothing to draw
+
+
+@pytest.mark.slow  # two runs, each starting Ray: 15-30 s each
+@pytest.mark.parametrize("workers", [1, 2])
+def test_two_asynchronous_runs_with_one_seed_log_the_same_samples_and_metrics(workers, tiny_config, tmp_path,
+                                                                               ray_dir, one_thread):  # fmt: skip
+    """k = 2, 5 steps: each step samples with exactly the version its step pins (staleness 0, 1, 2, 2, 2
+    whatever the timing) and each batch with its own seed (whichever worker draws it), so a second run
+    with the same seed draws every token again and logs every metric again, timings aside."""
+    # Several workers answer in any order: calls listed in tree order keep the update's sums in one order.
+    order = "arrival" if workers == 1 else "place"
+    args = (*PARITY, f"rollout.workers={workers}", f"rollout.order={order}", "rollout.max_staleness=2",
+            "trainer.steps=5", "trainer.log_episodes=1000")  # fmt: skip
+    first = train(tiny_config(*args, f"run.dir={tmp_path / 'first'}"))
+    second = train(tiny_config(*args, f"run.dir={tmp_path / 'second'}"))
+
+    def untimed(record):
+        return {k: v for k, v in record.items() if not any(t in k for t in TIMING)}
+
+    recs = records(first)
+    assert [r["rollout/staleness_max"] for r in recs] == [0, 1, 2, 2, 2]
+    assert [r["rollout/staleness_mean"] for r in recs] == [0, 1, 2, 2, 2]
+    assert any(k.endswith("/behavior_weight_std") for k in recs[-1])
+    assert samples(first) == samples(second)  # every episode's responses, token for token
+    assert [untimed(r) for r in records(first)] == [untimed(r) for r in records(second)]
+    assert [untimed(r) for r in records(first, "eval")] == [untimed(r) for r in records(second, "eval")]

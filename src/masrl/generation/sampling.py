@@ -1,7 +1,7 @@
 """What both generation engines share: the sampling parameters, a generation, and the row helpers.
 
-HF `generate` (masrl.agents.policy.generate_batch, the reference) and the lean engine
-(masrl.rollout.decode) take the same `SamplingParams`, lay prompts out the same way (`left_pad`)
+HF `generate` (masrl.generation.hf, the reference) and the lean engine
+(masrl.generation.lean) take the same `SamplingParams`, lay prompts out the same way (`left_pad`)
 and cut a sampled row at its end the same way (`finish_row`), so their outputs compare row for row.
 Generation services, agents and servers name these types without importing either engine.
 """

@@ -12,7 +12,7 @@ asyncio's default pool: each `asyncio.run` (one per training step) would
 otherwise start fresh threads, and glibc gives every new thread its own
 malloc arena, so freed KV caches pile up as resident memory step after step.
 
-A remote engine (Ray rollout workers, inference servers: masrl.rollout.ray_workers, masrl.rollout.openai_engine)
+A remote engine (Ray rollout workers, inference servers: masrl.generation.ray, masrl.generation.remote)
 gives an async `generate` and `slots` > 1 batches in flight at once: the
 oldest group is cut into one batch per free slot, so every worker gets a
 share. With one slot the service cuts batches exactly as in process (the
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from masrl.agents.sampling import Generation, SamplingParams
+from masrl.generation.sampling import Generation, SamplingParams
 
 GenerateFn = Callable[[Sequence[Sequence[int]], SamplingParams, "str | None"], list[Generation]]
 # (the async form, a remote engine's, returns an awaitable of the same list)

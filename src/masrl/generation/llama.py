@@ -16,7 +16,7 @@ repeating keys).
 It computes what `LlamaForCausalLM` computes, op for op in the same order
 (RMSNorm in float32, rotary embedding by the model's own `rotary_emb`, softmax
 attention, SiLU-gated MLP), so tokens and log-probs agree with HF to float
-rounding (tests/rollout/test_decode.py). Models of another shape (biases in the MLP, a
+rounding (tests/generation/test_llama.py, test_lean.py). Models of another shape (biases in the MLP, a
 sliding window, another activation) are not `supported` and use HF's forward.
 """
 

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import httpx
 import torch
+from safetensors.torch import save_file
 
-from masrl.agents.sampling import Generation, SamplingParams
+from masrl.generation.sampling import Generation, SamplingParams
 from masrl.rollout.ahead import PINNED
 from masrl.types import AgentError
 
@@ -92,8 +93,6 @@ class InferenceServers:
         return self.adapter_dir / lora_name(policy, version)
 
     def _write(self, policy: str, version: int, state: Mapping[str, torch.Tensor]) -> None:
-        from safetensors.torch import save_file
-
         final = self._dir(policy, version)
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

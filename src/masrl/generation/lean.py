@@ -1,6 +1,6 @@
 """The lean sampling engine: merged adapter weights, one prefill per distinct prompt, a plain KV-cache loop.
 
-HF `generate` (masrl.agents.policy.generate_batch) is the reference engine.
+HF `generate` (masrl.generation.hf) is the reference engine.
 This one samples the same policy with less work per token:
 
 - **Merged weights.** Generation through peft runs every adapted projection
@@ -15,11 +15,12 @@ This one samples the same policy with less work per token:
 - **A short loop.** Sample, append, stop rows at EOS or a stop string, and
   drop finished rows from the batch (HF keeps them, decoding padding).
 - **A plain forward.** For Llama-family models the loop runs
-  `LlamaDecoder` (masrl/rollout/llama_decoder.py): a KV cache allocated once
+  `LlamaDecoder` (masrl/generation/llama.py): a KV cache allocated once
   at its final length that holds a shared prompt's keys once for all its rows
   (read once per step for all of them), fused q/k/v and gate/up weights
   packed for oneDNN, no per-token mask building or module calls. Other models use their own
-  forward and HF's cache in the same loop (`HFForward`).
+  forward and HF's cache in the same loop (`HFForward`; the three forwards:
+  masrl/generation/forwards.py).
 - **CUDA graphs.** On a GPU a decoding step of a small model is launch-bound: a few
   hundred short kernels. There each call's step is captured once as a CUDA graph
   and replayed per token (`GraphForward`: fixed shapes, finished rows stay in the
@@ -36,24 +37,22 @@ the trainer's (`PolicyModel.response_logprobs`); the update recomputes
 log-probs with the trainer's model either way (update.py), so float rounding
 in the merged weights never reaches the loss.
 
-`LeanEngine(policy_model).generate` has the signature of `PolicyModel.generate`
-(HF's): the engine builder picks one of the two per base (`rollout.engine`,
-masrl.engine.build_services), so the policy model never imports this engine.
+`LeanEngine(policy_model).generate` has the signature of `HFEngine.generate`
+(HF's, masrl.generation.hf): `rollout.engine` picks one of the two per base
+(masrl.generation.engine.sampler), so the policy model imports neither.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
 
 from masrl.agents.policy import PolicyModel
-from masrl.agents.sampling import Generation, SamplingParams, finish_row, left_pad
-from masrl.hf_compat import cache_kwargs, output_cache
-from masrl.config import ConfigError
-from masrl.rollout.llama_decoder import KVCache, LlamaDecoder, bf16_supported, fused_weights, supported, tie_to_fused
+from masrl.generation.forwards import GraphForward, HFForward, PlainForward
+from masrl.generation.llama import LlamaDecoder, fused_weights, supported, tie_to_fused
+from masrl.generation.sampling import Generation, SamplingParams, finish_row, left_pad
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -107,121 +106,6 @@ def _stopped(tokenizer, tokens: list[int], stop: Sequence[str]) -> bool:
     return bool(stop) and any(s in tokenizer.decode(tokens, skip_special_tokens=True) for s in stop)
 
 
-class HFForward:
-    """Prefill and steps through the model's own forward and HF's cache (any architecture)."""
-
-    drops_rows = True  # `keep` shrinks the batch to the rows still running
-
-    def __init__(self, model):
-        self.model = model
-        self.cache = None
-        self.attn: torch.Tensor | None = None  # [B, P + t]
-
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor, max_new: int) -> torch.Tensor:
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, P]: positions as generate() numbers left-padded prompts
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        self.cache = output_cache(out)
-        self.cache.reorder_cache(owner)  # [U, ...] -> [B, ...]
-        self.attn = mask[owner]
-        return out.logits[owner, -1]  # [B, V]
-
-    def step(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        self.attn = torch.cat([self.attn, self.attn.new_ones(len(token), 1)], 1)
-        out = self.model(input_ids=token.unsqueeze(1), attention_mask=self.attn, position_ids=pos.unsqueeze(1),
-                         **cache_kwargs(self.cache), use_cache=True)  # fmt: skip
-        return out.logits[:, -1]
-
-    def keep(self, rows: torch.Tensor) -> None:
-        self.cache.batch_select_indices(rows)
-        self.attn = self.attn[rows]
-
-
-class PlainForward:
-    """Prefill and steps through `LlamaDecoder` and a KV cache allocated once at its final length."""
-
-    drops_rows = True
-
-    def __init__(self, decoder: LlamaDecoder):
-        self.decoder = decoder
-        self.cache: KVCache | None = None
-
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor, max_new: int) -> torch.Tensor:
-        # The last sampled token is never fed back: the cache needs P + max_new - 1 positions.
-        self.cache = KVCache(self.decoder, len(owner), ids.shape[1] + max(max_new - 1, 0), self.decoder.embed)
-        return self.decoder.prefill(ids, mask, self.cache, owner)
-
-    def step(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return self.decoder.step(token, pos, self.cache)
-
-    def keep(self, rows: torch.Tensor) -> None:
-        self.cache.keep(rows)
-
-
-class GraphForward:
-    """`PlainForward`'s steps with every shape fixed for the call (`LlamaDecoder.step_static`), replayed
-    as one CUDA graph per call on a GPU (`graphs=True`).
-
-    On a GPU a decode step of a small model is a few hundred short kernels, each launched by Python
-    (HF `generate` spent about 50 ms a step on an H100 for a 0.5B model, docs/gpu.md). A CUDA graph
-    records the step's kernels once and launches them as one. It needs fixed shapes and addresses:
-    the cache is allocated once at its final length, no row leaves the batch (finished rows keep
-    decoding and are ignored), and the token, position and step index are copied into the graph's
-    own input tensors before each replay. Capturing costs a warm-up step and a recorded one per call
-    (prompt length and rows fix the shapes). Without `graphs` (CPU, tests) the same fixed-shape step
-    runs eagerly."""
-
-    drops_rows = False
-
-    def __init__(self, decoder: LlamaDecoder, graphs: bool):
-        self.decoder, self.graphs = decoder, graphs
-        self.cache: KVCache | None = None
-        self.graph = None
-
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, owner: torch.Tensor, max_new: int) -> torch.Tensor:
-        self.cache = KVCache(self.decoder, len(owner), ids.shape[1] + max(max_new - 1, 0), self.decoder.embed, static=True)
-        logits = self.decoder.prefill(ids, mask, self.cache, owner)
-        self.t = torch.zeros(1, dtype=torch.long, device=ids.device)
-        return logits
-
-    def step(self, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        self.t.fill_(self.cache.generated)
-        self.cache.generated += 1
-        if not self.graphs:
-            return self.decoder.step_static(token, pos, self.t, self.cache)
-        if self.graph is None:
-            self._capture(token, pos)
-        self.token.copy_(token)
-        self.pos.copy_(pos)
-        self.graph.replay()
-        return self.logits
-
-    def _capture(self, token: torch.Tensor, pos: torch.Tensor) -> None:
-        """Record one step into a CUDA graph, after a warm-up on a side stream (cuBLAS sets up its
-        workspace on first use, which a capture may not do). The warm-up writes the step's keys at
-        index t, which the first replay writes again."""
-        self.token, self.pos = token.clone(), pos.clone()
-        run = lambda: self.decoder.step_static(self.token, self.pos, self.t, self.cache)  # noqa: E731
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), _no_autocast_cache():
-            run()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), _no_autocast_cache():
-            self.logits = run()
-
-    def keep(self, rows: torch.Tensor) -> None:
-        raise RuntimeError("GraphForward keeps every row")
-
-
-def _no_autocast_cache():
-    """The caller's CUDA autocast with its cast cache off: a graph must not capture a cast that an
-    eager call cached (torch's rule for autocast inside `torch.cuda.graph`)."""
-    if not torch.is_autocast_enabled("cuda"):
-        return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
-
-
 @torch.no_grad()
 def sample_batch(
     model,
@@ -241,64 +125,75 @@ def sample_batch(
     distinct: dict[tuple[int, ...], int] = {}
     owner = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)  # [B]
     ids, mask = left_pad(list(distinct), tokenizer.pad_token_id, device)
-    if graphs is None:
-        graphs = device.type == "cuda"
-    if decoder is None:
-        forward = HFForward(model)
-    elif graphs:
-        forward = GraphForward(decoder, graphs=device.type == "cuda")  # eager on CPU: the tests' path
-    else:
-        forward = PlainForward(decoder)
+    forward = choose_forward(model, decoder, device, graphs)
     logits = forward.prefill(ids, mask, owner, params.max_new_tokens)  # [B, V]
-    next_pos = mask.sum(-1)[owner]  # [B]
-
+    rows = Rows(tokenizer, params, len(prompts), next_pos=mask.sum(-1)[owner])
     generator = None  # torch's global generator, or the batch's own when seeded
     if params.seed is not None and not params.greedy:
         generator = torch.Generator().manual_seed(params.seed)
-    eos = tokenizer.eos_token_id
-    rows: list[list[int]] = [[] for _ in prompts]
-    logps: list[list[float]] = [[] for _ in prompts]
-    live = list(range(len(prompts)))  # the batch's rows -> the caller's rows
-    done = [False] * len(prompts)  # rows that ended (a GraphForward batch keeps them, decoding padding)
     for step in range(params.max_new_tokens):
         # Every row of the call draws one uniform per step, finished or not, so what a row samples does
         # not depend on when the others finish.
-        uniform = None if params.greedy else torch.rand(len(prompts), generator=generator)[live]
+        uniform = None if params.greedy else torch.rand(len(prompts), generator=generator)[rows.live]
         token, logp = pick_tokens(logits, params, uniform)
-        keep = []
-        for j, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
-            row = live[j]
-            if done[row]:
-                continue
-            rows[row].append(t)
-            logps[row].append(lp)
-            if t != eos and not _stopped(tokenizer, rows[row], params.stop):
-                keep.append(j)
-            else:
-                done[row] = True
+        keep = rows.append(token, logp)
         if not keep or step == params.max_new_tokens - 1:
             break
-        if len(keep) < len(live) and forward.drops_rows:  # finished rows leave the batch
+        if len(keep) < len(rows.live) and forward.drops_rows:  # finished rows leave the batch
             idx = torch.tensor(keep, device=device)
             forward.keep(idx)
-            token, next_pos = token[idx], next_pos[idx]
-            live = [live[j] for j in keep]
-        logits = forward.step(token, next_pos)
-        next_pos = next_pos + 1
-    gens = [finish_row(tokenizer, r, params) for r in rows]
-    return gens, [lp[: len(g.response_ids)] for lp, g in zip(logps, gens)]
+            token = rows.keep(keep, idx, token)
+        logits = forward.step(token, rows.next_pos)
+        rows.next_pos = rows.next_pos + 1
+    gens = [finish_row(tokenizer, r, params) for r in rows.tokens]
+    return gens, [lp[: len(g.response_ids)] for lp, g in zip(rows.logps, gens)]
 
 
-def sampler(model: PolicyModel, engine: str, precision: str = "float32") -> Callable[..., list[Generation]]:
-    """`model`'s generate for a resolved engine name (masrl.engine.sampling_engine): "lean" samples
-    through a LeanEngine (its matmuls in `precision`), "hf" through HF generate. The trainer's process
-    and each Ray worker call it."""
-    if engine == "lean":
-        return LeanEngine(model, precision=precision).generate
-    if precision != "float32":
-        raise ConfigError(f"rollout.precision {precision} sets the lean engine's matmuls; this base samples "
-                          f"with {engine} (rollout.engine auto picks hf on CUDA and under trainer.precision bf16)")  # fmt: skip
-    return model.generate
+def choose_forward(model, decoder: LlamaDecoder | None, device: torch.device, graphs: bool | None):
+    """The model's own forward without a `decoder`; with one, CUDA graphs (`graphs`, default: on CUDA)
+    or the plain forward that drops finished rows."""
+    if graphs is None:
+        graphs = device.type == "cuda"
+    if decoder is None:
+        return HFForward(model)
+    if graphs:
+        return GraphForward(decoder, graphs=device.type == "cuda")  # eager on CPU: the tests' path
+    return PlainForward(decoder)
+
+
+class Rows:
+    """What the loop has sampled so far: each caller's row's tokens and log-probs, and which rows the
+    batch still runs (a `GraphForward` batch keeps finished rows, decoding padding)."""
+
+    def __init__(self, tokenizer, params: SamplingParams, n: int, next_pos: torch.Tensor):
+        self.tokenizer, self.params = tokenizer, params
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.logps: list[list[float]] = [[] for _ in range(n)]
+        self.live = list(range(n))  # the batch's rows -> the caller's rows
+        self.done = [False] * n  # rows that ended
+        self.next_pos = next_pos  # [live]: the position each running row's next token takes
+
+    def append(self, token: torch.Tensor, logp: torch.Tensor) -> list[int]:
+        """Add a step's tokens [live] and log-probs [live] to the rows still running; the batch rows
+        that go on (not at EOS or a stop string)."""
+        keep = []
+        for j, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
+            row = self.live[j]
+            if self.done[row]:
+                continue
+            self.tokens[row].append(t)
+            self.logps[row].append(lp)
+            if t != self.tokenizer.eos_token_id and not _stopped(self.tokenizer, self.tokens[row], self.params.stop):
+                keep.append(j)
+            else:
+                self.done[row] = True
+        return keep
+
+    def keep(self, keep: list[int], idx: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+        """Drop the finished rows from the batch (`idx`: `keep` on the device); the kept rows' tokens."""
+        self.next_pos = self.next_pos[idx]
+        self.live = [self.live[j] for j in keep]
+        return token[idx]
 
 
 class LeanEngine:
@@ -307,19 +202,17 @@ class LeanEngine:
     With LoRA it samples from a merged copy of the weights (`MergedWeights`, built at the first
     call), re-merged whenever the policy's adapter changed since the last call; full fine-tuning
     samples from the trained weights themselves. It holds the model's lock while it samples, as
-    `PolicyModel.generate` does.
+    `HFEngine.generate` does.
 
-    `precision="bf16"` samples training rollouts through bfloat16 matmuls (`llama_decoder.Bf16Matmul`:
+    `precision="bf16"` samples training rollouts through bfloat16 matmuls (`llama.Bf16Matmul`:
     a LoRA model of the Llama family on a CPU with AVX-512 BF16); greedy calls stay float32. Its
     samples come from a policy near the trainer's but not equal to it, so each of its generations
     carries its tokens' sampling log-probs, whether asked for or not: the update weighs each token
-    by pi_trainer / pi_bf16, truncated (masrl.update, `decoupled`)."""
+    by pi_trainer / pi_bf16, truncated (masrl.update, `decoupled`). Where it cannot run (full
+    fine-tuning, another architecture, a CPU without AVX-512 BF16) `rollout.engine`'s sampler refuses it
+    (masrl.generation.engine.precision_problem) before one is built."""
 
     def __init__(self, model: PolicyModel, graphs: bool | None = None, precision: str = "float32"):
-        if precision != "float32":
-            problem = _precision_problem(model, precision)
-            if problem:
-                raise ConfigError(f"rollout.precision {precision}: {problem}")
         self.policy_model = model
         self.merged: MergedWeights | None = None
         self.graphs = graphs  # CUDA graphs per call (GraphForward); None: on CUDA
@@ -328,7 +221,7 @@ class LeanEngine:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None
     ) -> list[Generation]:
-        """What `PolicyModel.generate` returns, sampled by this engine (log-probs with `params.logprobs`)."""
+        """What `HFEngine.generate` returns, sampled by this engine (log-probs with `params.logprobs`)."""
         gens, logps = self.sample(prompts, params, policy)
         if not params.logprobs and self.precision_of(params) == "float32":
             return gens
@@ -427,21 +320,6 @@ class MergedWeights:
             self.decoder.refresh(precision)
         self._key = key
         return True
-
-
-def _precision_problem(model: PolicyModel, precision: str) -> str | None:
-    """Why the lean engine cannot sample `model` in `precision` (bf16), or None."""
-    if model.lora is None:
-        return "it samples from a merged copy of LoRA weights, and this model trains all its weights"
-    place = model.placement
-    if place.device.type != "cpu" or place.weights != torch.float32 or place.compute is not None:
-        return (f"it runs float32 models on CPU; this one is {place.weights} on {place.device}"
-                + (f" under {place.compute} autocast (trainer.precision)" if place.compute is not None else ""))
-    if not supported(model.model.get_base_model()):
-        return f"it runs the lean engine's Llama-family decoder, which {model.model.config.model_type} is not"
-    if not bf16_supported():
-        return "this CPU lacks AVX-512 BF16 (and AMX), so oneDNN would emulate bfloat16, slower than float32"
-    return None
 
 
 def _plain_lora(layer, policy: str) -> bool:

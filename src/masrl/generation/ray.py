@@ -54,10 +54,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from masrl.agents.policy import LoraSpec, PolicyModel
-from masrl.agents.sampling import Generation, SamplingParams
+from masrl.generation.engine import sampler
+from masrl.generation.sampling import Generation, SamplingParams
 from masrl.models import load_model
 from masrl.rollout.ahead import PINNED, Pin
-from masrl.rollout.decode import sampler
 from masrl.rollout.tree import address_seed
 from masrl.types import AgentError, EnvironmentProblem
 
@@ -73,7 +73,7 @@ class WorkerSpec:
     dtype: str  # "float32" | "bfloat16" | ...
     threads: int
     logprobs: bool  # return the behaviour log-probs of every sampled token (asynchronous training)
-    engine: str = "hf"  # "hf": PolicyModel.generate; "lean": LeanEngine (masrl.rollout.decode), as in process
+    engine: str = "hf"  # a resolved rollout.engine (masrl.generation.engine.sampler), as in process
     precision: str = "float32"  # rollout.precision: the lean engine's matmuls in sampled calls
 
 
@@ -103,7 +103,7 @@ class RolloutWorker:
         torch.set_rng_state(state)
 
     def node(self) -> str:
-        import ray
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
         return ray.get_runtime_context().get_node_id()
 
@@ -111,7 +111,7 @@ class RolloutWorker:
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, policy: str | None, version: int, refs: list
     ) -> list[Generation]:
         if version != self.version:  # pull the adapters of `version` (refs: [ObjectRef], not resolved by Ray)
-            import ray
+            import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
             for name, state in ray.get(refs[0]).items():
                 self.model.load_state_dict(name, state)
@@ -129,7 +129,7 @@ class RayWorkers:
 
     def __init__(self, spec: WorkerSpec, workers: int, *, address: str | None, cpus: float, timeout_s: float,
                  retries: int, rng_state: torch.Tensor | None = None):  # fmt: skip
-        import ray
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
         connect(address, workers * cpus)
         actor = ray.remote(num_cpus=cpus, max_restarts=-1, max_task_retries=0)(RolloutWorker)
@@ -166,7 +166,7 @@ class RayWorkers:
 
     def publish(self, version: int, states: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
         """Make `states` (policy -> adapter tensors) the adapters every later batch is generated with."""
-        import ray
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
         self._add(version, [ray.put({p: {k: v.detach().cpu() for k, v in s.items()} for p, s in states.items()})])
 
@@ -189,8 +189,8 @@ class RayWorkers:
 
     def _ask(self, method):
         """`method.remote()`'s answer, asking again (up to timeout_s) while its worker dies and restarts."""
-        import ray
-        from ray.exceptions import RayActorError
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
+        from ray.exceptions import RayActorError  # lazy: Ray, as above
 
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -203,7 +203,7 @@ class RayWorkers:
 
     def load_rng_states(self, states: Sequence[torch.Tensor]) -> None:
         """Set each worker's generator to a checkpoint's, so a resumed run samples what it would have."""
-        import ray
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
         if len(states) != len(self.actors):
             print(f"masrl: the checkpoint holds {len(states)} workers' generators for {len(self.actors)} workers; "
@@ -213,8 +213,8 @@ class RayWorkers:
 
     def pids(self) -> list[int]:
         """Each worker's process id, waiting (up to timeout_s) for one that Ray is restarting."""
-        import ray
-        from ray.exceptions import ActorUnavailableError
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
+        from ray.exceptions import ActorUnavailableError  # lazy: Ray, as above
 
         deadline = time.monotonic() + self.timeout_s
         out = []
@@ -231,8 +231,8 @@ class RayWorkers:
 
     async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                        policy: str | None) -> list[Generation]:  # fmt: skip
-        import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError  # lazy: Ray, as above
 
         if self.version < 0:
             raise RuntimeError("no adapters published to the rollout workers yet")
@@ -299,7 +299,7 @@ class RayWorkers:
 
     def _up(self, i: int) -> bool:
         """False while a worker that failed has not answered its probe (Ray is restarting it)."""
-        import ray
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
         probe = self._probes.get(i)
         if probe is None:
@@ -317,7 +317,7 @@ class RayWorkers:
 
     def close(self) -> None:
         """Stop the workers and leave Ray (a Ray started for the run stops with it)."""
-        import ray
+        import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
         if ray.is_initialized():
             for a in self.actors:
@@ -328,7 +328,7 @@ class RayWorkers:
 
 def connect(address: str | None, cpus_needed: float) -> None:
     """Attach to `address` (ray.address), or start a Ray instance on this machine with room for the workers."""
-    import ray
+    import ray  # lazy: Ray, the optional `scale` extra (seconds to import); in-process runs never load it
 
     if ray.is_initialized():
         return

@@ -1,7 +1,7 @@
 """Build the parts a config names: model, policies, generation service, task, system, sampler.
 
-`build_engine(config)` is the only place that makes config strings into
-objects; the training loop and evaluation receive the assembled `Engine`.
+`build_parts(config)` is the only place that makes config strings into
+objects; the training loop and evaluation receive the assembled `Parts`.
 The system's builder (its `SystemSpec`, found by `masrl.registry.resolve_system`) says which agents are
 trainable and which policy each samples from; every policy becomes a LoRA
 adapter on a base model and a `PolicyLearner`; a policy that is not a
@@ -18,13 +18,16 @@ A policy's KL reference is its own base with the adapters disabled.
 `trainer.device` and `trainer.precision` place every base (masrl.device):
 bf16 weights and autocast on CUDA by default, float32 on CPU.
 
-The engine keeps the built system's spec (`engine.spec`) and the optional methods the system
-has (`engine.hooks`, checked once here against masrl.rollout.hooks's Protocols). A system is a
+The parts keep the built system's spec (`parts.spec`) and the optional methods the system
+has (`parts.hooks`, checked once here against masrl.rollout.hooks's Protocols). A system is a
 user's code: before any model loads, the built system is checked (its methods, and that its first
-step on a training item names an agent the builder serves, `check_system`), and `engine.errors`
+step on a training item names an agent the builder serves, `check_system`), and `parts.errors`
 says what a rollout does when its code raises (`rollout.on_system_error`; tracebacks go to
 RUN_DIR/errors.log). A config's
-`sandbox.limits_only` holds while its engine lives (until `Engine.close`), not for the process.
+`sandbox.limits_only` holds while its parts live (until `Parts.close`), not for the process.
+
+"Engine" names only what generates tokens (`rollout.engine`: masrl.generation); a `Parts` holds
+one generation service per base, each over such an engine.
 """
 
 from __future__ import annotations
@@ -40,19 +43,19 @@ import torch
 from masrl import distributed
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
-from masrl.agents.sampling import SamplingParams
 from masrl.config import Config, ConfigError
 from masrl.device import Placement, placement
+from masrl.generation.engine import resolve_engine, sampler
+from masrl.generation.ray import RayWorkers, WorkerSpec
+from masrl.generation.remote import InferenceServers
+from masrl.generation.sampling import SamplingParams
+from masrl.generation.service import GenerationService
 from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
 from masrl.registry import build_task, resolve_system
-from masrl.rollout.decode import sampler
 from masrl.rollout.hooks import SystemHooks, check_system
-from masrl.rollout.openai_engine import InferenceServers
-from masrl.rollout.ray_workers import RayWorkers, WorkerSpec
 from masrl.rollout.rules import BRANCH_RULES
-from masrl.rollout.service import GenerationService
 from masrl.rollout.system_errors import SystemErrors
 from masrl.rollout.tree import BranchRule, EnvSteps, Planner, System
 from masrl.sandbox import limits_only_chosen
@@ -62,7 +65,9 @@ from masrl.update import UpdateSettings
 
 
 @dataclass
-class Engine:
+class Parts:
+    """A config turned into objects: the models, task, system, sampler, agents, learners and generation."""
+
     config: Config
     models: Mapping[str, PolicyModel]  # policy (and CRITIC) -> the base carrying its adapter; one object per base
     task: Task
@@ -72,14 +77,14 @@ class Engine:
     eval_agents: Mapping[str, Agent]  # greedy agents (evaluation)
     learners: dict[str, Learner]  # policy name -> what updates it
     frozen: Mapping[str, Agent]  # agents that are not trained (a pool, weak to strong; experts; tools)
-    spec: SystemSpec  # the system's spec, as `system.kind` resolved when the engine was built
+    spec: SystemSpec  # the system's spec, as `system.kind` resolved when the parts were built
     hooks: SystemHooks  # the optional methods `system` has, found when it was built
     critic: ValueLearner | None = None  # the value model of algo.advantage=gae (also in learners)
     # Remote generation (rollout.workers Ray actors or rollout.engine openai servers): each engine
     # with the base whose adapters it must receive after every update (`publish`).
     remotes: list[tuple[Any, PolicyModel]] = field(default_factory=list)
     env: EnvSteps | None = None  # environment steps on threads (rollout.env_threads), None: on the event loop
-    scope: ExitStack = field(default_factory=ExitStack)  # what holds while the engine lives (sandbox.limits_only)
+    scope: ExitStack = field(default_factory=ExitStack)  # what holds while the parts live (sandbox.limits_only)
     errors: SystemErrors = SystemErrors()  # what a rollout does when the system's code raises (rollout.on_system_error)
 
     def publish(self, version: int) -> None:
@@ -118,7 +123,7 @@ class Engine:
         """The one base model; None when every trainable policy is a head (Built.heads)."""
         bases = self.bases
         if len(bases) > 1:
-            raise RuntimeError(f"this engine has {len(bases)} base models (model.bases): use engine.models[policy]")
+            raise RuntimeError(f"these parts have {len(bases)} base models (model.bases): use parts.models[policy]")
         return bases[0] if bases else None
 
 
@@ -169,7 +174,7 @@ def update_settings(config: Config) -> UpdateSettings:
     )
 
 
-def engine_placement(config: Config) -> Placement:
+def config_placement(config: Config) -> Placement:
     """Where this process's models go: `trainer.device`/`precision`, the GPU of $LOCAL_RANK on CUDA."""
     try:
         return placement(config.trainer.device, config.trainer.precision)
@@ -177,14 +182,14 @@ def engine_placement(config: Config) -> Placement:
         raise ConfigError(str(exc)) from None
 
 
-def build_engine(config: Config, model: Any = None) -> Engine:
-    """The engine `config` names; `model`, a loaded model object, stands in for `model.name`'s."""
+def build_parts(config: Config, model: Any = None) -> Parts:
+    """The parts `config` names; `model`, a loaded model object, stands in for `model.name`'s."""
     if config.trainer.threads:
         torch.set_num_threads(config.trainer.threads)
     if config.trainer.low_memory:
         keep_heap_small()
     torch.manual_seed(config.run.seed)
-    scope = ExitStack()  # what holds while the engine lives (until Engine.close)
+    scope = ExitStack()  # what holds while the parts live (until Parts.close)
     # sandbox.limits_only, chosen by the user for this run: masrl.sandbox warns on every call
     scope.enter_context(limits_only_chosen(config.sandbox.limits_only))
     try:
@@ -200,7 +205,7 @@ def system_errors(config: Config) -> SystemErrors:
     return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log")
 
 
-def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
+def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
     task = build_task(config.task)
     spec = resolve_system(config.system.kind)
     built = spec.build(config, task)
@@ -216,7 +221,7 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
     learners, critic = build_learners(config, models, built)
     rule = build_rule(config)
     # Generation services last: remote workers start from the trainer's sampling generator as it is
-    # now, after every initialisation above has drawn from it (masrl.rollout.ray_workers).
+    # now, after every initialisation above has drawn from it (masrl.generation.ray).
     env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
     services, remotes = build_services(config, models, names, model is not None, env)
     r = config.rollout
@@ -226,7 +231,7 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Engine:
     def trainable(params: SamplingParams) -> dict[str, Agent]:
         return {name: PolicyAgent(name, p, services[p], models[p], params) for name, p in built.policies.items()}
 
-    return Engine(
+    return Parts(
         config, models, task, built.system, rule,
         agents={**built.frozen, **trainable(train_params), **{n: h.agent for n, h in built.heads.items()}},
         eval_agents={**built.frozen, **trainable(eval_params), **{n: h.eval_agent for n, h in built.heads.items()}},
@@ -251,7 +256,7 @@ def load_bases(
     plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if config.algo.advantage == "gae" else [])
     models: dict[str, PolicyModel] = {}  # adapter -> its base
     names: dict[str, str] = {}  # adapter -> its base's model name
-    place = engine_placement(config)
+    place = config_placement(config)
     for name, adapters in plan.items():  # a system trained only through heads (built.heads) loads no base
         loaded = (
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
@@ -307,7 +312,7 @@ def build_services(
         adapters = [p for p, m in models.items() if m is base]
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
-            generate = sampler(base, sampling_engine(r.engine, base.placement), r.precision)  # the in-process engines
+            generate = sampler(base, resolve_engine(r.engine, base.placement), r.precision)  # the in-process engines
             local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
             services.update(dict.fromkeys(adapters, local))
             continue
@@ -317,17 +322,6 @@ def build_services(
                                     max_tokens=r.max_batch_tokens)  # fmt: skip
         services.update(dict.fromkeys(adapters, service))
     return services, remotes
-
-
-def sampling_engine(engine: str, place: Placement) -> str:
-    """The engine that samples, in the trainer's process or in each Ray worker (which holds the trainer's
-    placement): `rollout.engine`, with `auto` the lean one on CPU in float32 (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and HF generate
-    elsewhere: on CUDA the lean engine's speed is measured (CUDA graphs, 7-12x HF generate on an H100,
-    docs/gpu.md) but not its learning, and its packed float32 weights do not run under bf16 autocast
-    (trainer.precision=bf16 on CPU)."""
-    if engine != "auto":
-        return engine
-    return "lean" if place.device.type == "cpu" and place.compute is None else "hf"
 
 
 def start_remote(config: Config, base: PolicyModel, model_name: str, given_model: bool) -> Any:
@@ -342,7 +336,7 @@ def start_remote(config: Config, base: PolicyModel, model_name: str, given_model
                           "(a model object cannot be sent to them)")  # fmt: skip
     spec = WorkerSpec(model_name, base.policies, base.lora, config.run.seed,
                       str(base.placement.weights).removeprefix("torch."), r.worker_threads,
-                      logprobs=r.max_staleness > 0, engine=sampling_engine(r.engine, base.placement),
+                      logprobs=r.max_staleness > 0, engine=resolve_engine(r.engine, base.placement),
                       precision=r.precision)  # fmt: skip
     return RayWorkers(spec, r.workers, address=config.ray.address, cpus=config.ray.worker_cpus,
                       timeout_s=r.timeout_s, retries=r.retries, rng_state=torch.get_rng_state())  # fmt: skip

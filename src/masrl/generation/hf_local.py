@@ -12,10 +12,11 @@ from collections.abc import Sequence
 
 import torch
 
-from masrl.agents.policy import encode_chat, generate_batch, to_reply
-from masrl.agents.sampling import Generation, SamplingParams
+from masrl.agents.policy import encode_chat, to_reply
+from masrl.generation.hf import generate_batch
+from masrl.generation.sampling import Generation, SamplingParams
+from masrl.generation.service import GenerationService
 from masrl.models import LoadedModel, load_model
-from masrl.rollout.service import GenerationService
 from masrl.types import Message, Price, Reply
 
 
