@@ -16,6 +16,8 @@ from masrl.choices import CHOICES, unknown_names
 from masrl.config import Config, ConfigError
 from masrl.loading import load_config
 from masrl.reference import keys
+from masrl.registry import resolve_system
+from masrl.systems import BUILTIN
 
 EVERY = [(key, name) for key, names in CHOICES.items() for name in names]
 
@@ -85,3 +87,9 @@ def test_values_of_another_type_are_left_to_the_schema():
     assert unknown_names({"algo": {"credit": 3}, "rollout": "not a section"}) == []
     with pytest.raises(ConfigError, match=r"algo.credit: Input should be a valid string"):
         load_config(None, ["algo.credit=3"])
+
+
+def test_every_built_in_systems_rules_are_registered_rules():
+    """A system names the sampler rules it supports (SystemSpec.rules): each must be one of BRANCH_RULES."""
+    stray = {kind: set(resolve_system(kind).rules) - set(CHOICES["sampler.rule"]) for kind in BUILTIN}
+    assert not {kind: rules for kind, rules in stray.items() if rules}
