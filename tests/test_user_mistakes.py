@@ -7,9 +7,9 @@ in a subprocess on the tiny model, real signals, a real full disk.
    `--resume` will do; `--resume` then logs every step exactly once, as an uninterrupted run does;
 3. a full disk is one line on its own (not the progress bar's), exit 3, saying to free space and the
    exact command that resumes; once space is freed that command finishes the run;
-4. the small ones: a config path that is a directory, `masrl eval` of a run that lost its config.yaml,
-   `masrl eval RUN eval.size=3` (and another key refused), eval.json naming the step and checkpoint,
-   no third-party warning on a default run.
+4. the small ones: a config path that is a directory, an unknown algorithm name, `masrl eval` of a run
+   that lost its config.yaml, `masrl eval RUN eval.size=3` (and another key refused), eval.json naming
+   the step and checkpoint, no third-party warning on a default run.
 """
 
 from __future__ import annotations
@@ -259,6 +259,18 @@ def test_a_config_path_that_is_a_directory_is_one_line_exit_2(trained):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert _messages(done.stderr) == [f"masrl: config error: {trained} is a directory, not a YAML config file; "
                                       f"to continue the run in it: masrl train --resume {trained}"]  # fmt: skip
+
+
+def test_an_unknown_registered_name_is_one_line_naming_the_key_and_the_names_exit_2(tmp_path):
+    """algo.credit is a plain string in the schema; its names are the registry's (masrl.choices)."""
+    done = _run("train", "algo.credit=tree-q", f"run.dir={tmp_path / 'run'}", "model.name=tiny")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    (message,) = _messages(done.stderr)
+    assert message.startswith("masrl: config error:") and message.endswith(": 1 problem(s)"), message
+    assert "  algo.credit: 'tree-q' is not a registered name; registered: tree_q, descendant_mean, immediate\n" in (
+        done.stderr
+    )
+    assert not (tmp_path / "run").exists()
 
 
 def test_eval_of_a_run_that_lost_its_config_says_the_run_directory_is_incomplete(trained, tmp_path):

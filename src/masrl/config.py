@@ -5,6 +5,8 @@ imports nothing of masrl. Reading one is `masrl.loading.load_config(path, overri
 dotted overrides, old layouts moved (masrl.migration), every field validated here and then the
 cross-checks between sections and against the chosen system and task family, all before any
 model loads (docs/architecture.md: the schema sits at the bottom, loading above the registry).
+A key that names a registered function or engine (algo.advantage, rollout.engine, ...) is a plain
+string here: its names are the tables where each is chosen (masrl.choices), which loading checks.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class TaskConfig(Section):
 
 
 class SamplerConfig(Section):
-    rule: Literal["parallel", "full_tree", "fork_on_first", "independent", "round_robin", "per_turn_greedy"] = Field(
+    rule: str = Field(
         "parallel", description="fork_on_first, independent, round_robin: the search system's FoF, IS, RR; "
         "per_turn_greedy: AT-GRPO's K candidates per decision, the best-rewarded continues"
     )
@@ -96,7 +98,7 @@ class RolloutConfig(Section):
         "slot, call id), not on the order remote agents answer in: calls in tree order, draws keyed by place "
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
-    engine: Literal["auto", "hf", "lean", "openai"] = Field(
+    engine: str = Field(
         "auto", description="auto: lean on CPU in float32, hf with bf16 or on CUDA (where the lean engine's "
         "speed is measured, its learning not yet, docs/gpu.md), in the trainer's process or on each of rollout.workers' Ray actors; hf: HF "
         "generate, the reference; lean: merged "
@@ -107,7 +109,7 @@ class RolloutConfig(Section):
         "(`masrl serve --inference`, vLLM, SGLang), which load the trained LoRA adapters at runtime "
         "(docs/scale.md)"
     )
-    precision: Literal["float32", "bf16"] = Field(
+    precision: str = Field(
         "float32", description="the lean engine's matmuls in training rollouts: bf16 rounds weights and "
         "activations to bfloat16 and accumulates in float32 (oneDNN's AVX-512 BF16 kernels; a CPU without them "
         "is refused), 3.9-4.0x HF generate's tokens/s against 2.6-3.05x in float32 (bench/generate_vs_hf.py); the "
@@ -166,21 +168,21 @@ class RewardConfig(Section):
 
 
 class AlgoConfig(Section):
-    advantage: Literal["grpo", "grpo_mean", "rloo", "reinforce_baseline", "reinforce", "gae"] = Field(
+    advantage: str = Field(
         "grpo",
-        description="group-normalised returns (grpo, grpo_mean, rloo, reinforce_baseline, reinforce), or gae: "
+        description="group-normalised returns (masrl/algos/advantages.py), or gae: "
         "per-token GAE from a learned value model (PPO; the critic section)",
     )
-    credit: Literal["tree_q", "descendant_mean", "immediate"] = Field(
+    credit: str = Field(
         "tree_q", description="descendant_mean: MHGPO's backward propagation of the final reward; "
         "immediate: each call's own reward (AT-GRPO)"
     )
-    grouping: Literal["task", "siblings", "independent", "round_robin", "agent_turn", "run"] = Field(
+    grouping: str = Field(
         "task", description="independent, round_robin: the search system's IS and RR groups; agent_turn: "
         "AT-GRPO's (environment, agent, turn) groups; run: all calls of a task's runs (one advantage per run) "
         "(masrl/algos/credit.py)"
     )
-    aggregation: Literal["token_mean", "seq_mean"] = Field(
+    aggregation: str = Field(
         "token_mean", description="token_mean: the loss averaged over all tokens of the batch; seq_mean: each "
         "sequence over its tokens, then over sequences (masrl/algos/losses.py)"
     )
@@ -209,7 +211,7 @@ class AlgoConfig(Section):
         "with max_staleness >= 2: k=2 on single-arithmetic fell 0.082 below synchronous at 24 steps without it, and "
         "with 2.0 was level at 24 and 30 steps and 0.027 below at 36 (docs/scale.md)"
     )
-    sample_weight: Literal["none", "inverse_leaves", "per_agent"] = Field(
+    sample_weight: str = Field(
         "none", description="inverse_leaves: scale each tree's samples by 1/(its leaves), appendix E.2 of the "
         "critique-and-routing paper; per_agent: with seq_mean, MHGPO eq. 6 (mean over agents of each agent's mean)"
     )
@@ -281,8 +283,8 @@ class TrainerConfig(Section):
         30.0, gt=0.0, description="how long a process waits for the others at a collective (rank 0's evaluation "
         "included) before the run stops"
     )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when torch sees a GPU, else cpu")
-    precision: Literal["auto", "float32", "bf16"] = Field(
+    device: str = Field("auto", description="auto: cuda when torch sees a GPU, else cpu")
+    precision: str = Field(
         "auto", description="auto: bf16 on cuda (bf16 base weights, float32 adapters, bf16 autocast), float32 on cpu"
     )
     gradient_checkpointing: bool = Field(

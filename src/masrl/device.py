@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+DEVICES = ("auto", "cpu", "cuda")  # trainer.device: `placement` chooses; auto is cuda when torch sees a GPU
+PRECISIONS = ("auto", "float32", "bf16")  # trainer.precision: `placement` chooses; auto is bf16 on cuda
+
 
 class DeviceError(ValueError):
     """A device or precision this machine cannot give."""
@@ -50,7 +53,7 @@ def placement(device: str = "auto", precision: str = "auto", local_rank: int | N
             return Placement(torch.device("cpu"), torch.float32, torch.bfloat16)
         return CPU
     if device != "cuda":
-        raise DeviceError(f"trainer.device must be auto, cpu or cuda, got {device!r}")
+        raise DeviceError(f"trainer.device must be one of {', '.join(DEVICES)}, got {device!r}")
     if not torch.cuda.is_available():
         raise DeviceError("trainer.device is cuda but torch sees no CUDA device (torch.cuda.is_available() is False)")
     index = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank

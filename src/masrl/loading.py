@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from masrl.checkpoint import atomic_write_text
+from masrl.choices import unknown_names
 from masrl.config import DEFAULT_CONFIG, PACKAGED, Config, ConfigError, SystemSection, config_model
 from masrl.generation.engine import check_engine
 from masrl.migration import migrate
@@ -83,10 +85,13 @@ def validate(data: dict, source: str = "config") -> Config:
         raise ConfigError(f"{source}: system must be a section (kind: ..., and the system's keys)")
     spec = resolve_system(str(system.get("kind", SystemSection().kind)))
     model = config_model(spec.config)
+    names = unknown_names(data)  # the keys the schema types as str, checked against their tables (masrl.choices)
     try:
         config = model.model_validate({**data, "system": {**system, "kind": system.get("kind", spec.kind)}})
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, source, model)) from None
+        raise ConfigError(_explain(exc, source, model, names)) from None
+    if names:
+        raise ConfigError("\n".join([f"{source}: {len(names)} problem(s)", *(f"  {line}" for line in names)]))
     try:
         cross_checks(config)
     except ValueError as exc:  # worded as the schema's own validation errors were when it ran these checks
@@ -181,8 +186,9 @@ def _check_files(config: Config) -> list[str]:
 
 
 # ---------------------------------------------------------------- messages
-def _explain(exc: ValidationError, source: str, model: type[BaseModel] = Config) -> str:
-    lines = [f"{source}: {exc.error_count()} problem(s)"]
+def _explain(exc: ValidationError, source: str, model: type[BaseModel] = Config, names: Sequence[str] = ()) -> str:
+    """Every problem at once: the schema's, then the unknown names (`masrl.choices.unknown_names`)."""
+    lines = [f"{source}: {exc.error_count() + len(names)} problem(s)"]
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
@@ -191,7 +197,7 @@ def _explain(exc: ValidationError, source: str, model: type[BaseModel] = Config)
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r})"
             lines.append(f"  {loc or 'config'}: {err['msg']}{shown}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *(f"  {line}" for line in names)])
 
 
 def _did_you_mean(loc: tuple, section: type[BaseModel] = Config) -> str:

@@ -2,7 +2,8 @@
 
 `keys(model)` walks a pydantic config model (masrl.config: the engine's sections, and a system's
 own `system` section) into one `Key` per leaf field, dotted as a command-line override names it
-(`trainer.batch_size`), with its type, default, description and bounds (`ge=1`: `>= 1`). `masrl config [CONFIG]`
+(`trainer.batch_size`), with its type, default, description and bounds (`ge=1`: `>= 1`); a key
+that names a registered function or engine shows its names, read from its table (masrl.choices). `masrl config [CONFIG]`
 prints them (`config_text`, with the values a config gives where they differ from the default) and
 docs/config.md is `config_markdown()` as it stands (tests/test_config_reference.py keeps the page
 current), so the page, the command and the schema cannot drift apart.
@@ -22,6 +23,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from masrl.choices import CHOICES
 from masrl.config import Config
 
 # What the page says before its tables (the tables come from the schema).
@@ -86,8 +88,10 @@ def keys(model: type[BaseModel], prefix: str = "", values: BaseModel | None = No
             out += keys(section, f"{prefix}{name}.", inner)
             continue
         value = dumped[name] if values is not None else _UNSET
-        out.append(Key(f"{prefix}{name}", type_name(field.annotation), default_of(field), field.description or "",
-                       bounds(field), value))  # fmt: skip
+        dotted = f"{prefix}{name}"
+        names = CHOICES.get(dotted)
+        kind = f"Literal[{', '.join(map(repr, names))}]" if names else type_name(field.annotation)
+        out.append(Key(dotted, kind, default_of(field), field.description or "", bounds(field), value))
     return out
 
 

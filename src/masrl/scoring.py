@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
-from masrl.algos.credit import CREDITS, GROUPINGS, per_agent_weights, trainable_calls
+from masrl.algos.credit import CREDITS, GROUPINGS, SAMPLE_WEIGHTS, per_agent_weights, trainable_calls
 from masrl.algos.gae import token_gae, trajectories, whiten
 from masrl.config import Config
 from masrl.learners import CRITIC, ValueLearner
@@ -52,7 +52,7 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
     ret = torch.tensor([returns[i][c.id] for i, c in calls], dtype=torch.float64)  # [N]
     group_ids = group_ids_from_keys(keys)  # [N]
     adv = ADVANTAGES[algo.advantage](ret, group_ids)  # [N]
-    weights = [sample_weight(episodes[i], algo.sample_weight) for i, _ in calls]
+    weights = [SAMPLE_WEIGHTS[algo.sample_weight](episodes[i]) for i, _ in calls]
     samples: dict[str, list[Sample]] = defaultdict(list)
     roles: dict[str, list[str]] = defaultdict(list)
     for (i, c), a, w in zip(calls, adv.tolist(), weights):
@@ -118,7 +118,7 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
         skip = algo.skip_zero_advantage and not any(adv)
         if skip and algo.mean_over == "trained":
             continue
-        w = sample_weight(episodes[i], algo.sample_weight)
+        w = SAMPLE_WEIGHTS[algo.sample_weight](episodes[i])
         samples[r.policy].append(Sample(r.policy, r.prompt_ids, r.response_ids, adv, w,
                                         behavior_logprobs=r.logprobs, version=r.version, trained=not skip))  # fmt: skip
     residual = (flat_ret - flat_val).var(unbiased=False)
@@ -130,11 +130,3 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
         "value_explained_var": float(1.0 - residual / flat_ret.var(unbiased=False)) if flat_ret.var() > 0 else 0.0,
     }
     return Scored(dict(samples), advantages, metrics, returns=returns)
-
-
-def sample_weight(episode: Episode, kind: str) -> float:
-    """Loss scale of a sample from `episode`: 1, or 1/(leaves of its tree) (critique-routing paper, appendix E.2:
-    each query's gradient is scaled by 1/|B_T| so a bushy tree does not outweigh a shallow one)."""
-    if kind == "inverse_leaves":
-        return 1.0 / max(1, len(episode.leaves()))
-    return 1.0

@@ -101,3 +101,6 @@ ADVANTAGES = {
     "reinforce_baseline": reinforce_baseline,
     "reinforce": reinforce,
 }
+# The estimators that need more than returns and groups: per-token advantages from a learned value
+# model (PPO's GAE, masrl.algos.gae), which masrl.scoring.score_gae runs in place of ADVANTAGES.
+TOKEN_ADVANTAGES = ("gae",)

@@ -33,6 +33,9 @@ only the fork agent's G candidates of each fork_on tree form a group), and `roun
 then the calls left alone in their group (before a round-robin fork) are
 shuffled across the batch and regrouped, per agent, into groups of G
 (Algorithm 5); the remainder stay alone (advantage 0: not trained on).
+
+A sample weight scales each sample's loss: `none` (1), `inverse_leaves` (1 over its tree's
+leaves) or `per_agent` (MHGPO eq. 6, which needs the whole batch: `per_agent_weights`).
 """
 
 from __future__ import annotations
@@ -185,6 +188,17 @@ def per_agent_weights(roles: Sequence[Hashable]) -> list[float]:
     return [total / (n * counts[r]) for r in roles]
 
 
+def unweighted(episode: Episode) -> float:
+    """Every sample weighs 1."""
+    return 1.0
+
+
+def inverse_leaves(episode: Episode) -> float:
+    """1/(leaves of the sample's tree) (critique-routing paper, appendix E.2: each query's gradient is scaled
+    by 1/|B_T| so a bushy tree does not outweigh a shallow one)."""
+    return 1.0 / max(1, len(episode.leaves()))
+
+
 CREDITS = {"tree_q": tree_q, "descendant_mean": descendant_mean, "immediate": immediate}
 # One signature: the batch's trainable calls as (episode index, call) -> one group key per call.
 # Batch-level, so a grouping may also regroup across episodes.
@@ -196,6 +210,9 @@ GROUPINGS = {
     "agent_turn": group_by_agent_turn,
     "run": group_by_run,
 }
+# One signature: an episode -> the loss scale of each of its samples. per_agent's weights depend on the
+# whole batch, so each sample starts at 1 and masrl.scoring applies `per_agent_weights` to the batch.
+SAMPLE_WEIGHTS = {"none": unweighted, "inverse_leaves": inverse_leaves, "per_agent": unweighted}
 
 
 def trainable_calls(episodes: Sequence[Episode]) -> list[tuple[int, Call]]:

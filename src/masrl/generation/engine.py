@@ -1,7 +1,7 @@
 """`rollout.engine` in one place: whether a config's choice can run, what `auto` resolves to, and a base's generate.
 
-The config schema (masrl.config) lists the names (auto, hf, lean, openai);
-this module gives them their meaning. `check_engine` runs with the config's
+`ENGINES` holds the names (masrl.loading refuses any other before
+anything loads); this module gives them their meaning. `check_engine` runs with the config's
 cross-checks (masrl.loading), before any model loads; `resolve_engine` turns
 `auto` into the lean engine or HF generate for a placement; `sampler` is the
 in-process generate of a resolved name, in the trainer's process and in each
@@ -26,6 +26,10 @@ from masrl.generation.hf import HFEngine
 from masrl.generation.lean import LeanEngine
 from masrl.generation.llama import bf16_supported, supported
 from masrl.generation.sampling import Generation
+
+# rollout.engine's names: auto picks lean or hf (`resolve_engine`), `sampler` builds hf and lean, and
+# masrl.parts.start_remote connects openai's servers.
+ENGINES = ("auto", "hf", "lean", "openai")
 
 
 def check_engine(config: Config) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from masrl.agents.python_fn import FunctionAgent
 from masrl.algos.advantages import group_ids_from_keys, grpo_mean
-from masrl.algos.credit import group_by_siblings, tree_q
+from masrl.algos.credit import SAMPLE_WEIGHTS, group_by_siblings, tree_q
 from masrl.pools.simulated import simulated_pool
 from masrl.rollout.rules import FullTree
 from masrl.rollout.tree import expand
@@ -32,7 +32,6 @@ from masrl.systems.router.rewards import (
 )
 from masrl.systems.router.system import RouterSystem, parse_action, path_weights, tree_usage
 from masrl.tasks.math import MathTask
-from masrl.scoring import sample_weight
 from masrl.types import Call, Episode, Reply, TaskItem
 
 AGENTS = ("weak", "medium", "strong")
@@ -286,8 +285,8 @@ def test_discount_is_per_turn_not_per_call():
 
 def test_leaf_weight_and_usage_weights():
     ep = hand_tree()
-    assert sample_weight(ep, "inverse_leaves") == pytest.approx(1 / 4)  # leaves: 1, 0.0.0, and the two turn-3 calls
-    assert sample_weight(ep, "none") == 1.0
+    assert SAMPLE_WEIGHTS["inverse_leaves"](ep) == pytest.approx(1 / 4)  # leaves: 1, 0.0.0, and the two turn-3 calls
+    assert SAMPLE_WEIGHTS["none"](ep) == 1.0
     w = path_weights(ep)
     assert w["0"] == 0.5 and w["0.0"] == 0.5 and w["0.0.1"] == 0.25 and w["0.0.1.0"] == 0.25
     # expected calls per trajectory: weak 0.5, strong 0.25 -> shares 2/3, 1/3
