@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from masrl.step_metrics import FailureCount, episode_metrics
-from masrl.types import Call, Episode, Reply, TaskItem
+from masrl.types import Call, Episode, TaskItem
 
-
-def call(id, reward, policy="p", role="solver", done=True, error=None):
-    parent = id.rpartition(".")[0] or None
-    n = int(id.split(".")[-1])
-    reply = None if error else Reply("x", 2, 1, 0.0, prompt_ids=(1, n), response_ids=(9, n, 7), policy=policy)
-    return Call(id=id, parent=parent, agent=role, role=role, turn=id.count("."), messages=(), reply=reply,
-                reward=reward, done=done, error=error)  # fmt: skip
+from calls import call
 
 
 def task(i):

@@ -21,7 +21,9 @@ from masrl.registry import build_task
 from masrl.run.log import RunLogger
 from masrl.scoring import score
 from masrl.train import TrainingError, train
-from masrl.types import AgentError, Call, Episode, Reply, TaskItem
+from masrl.types import AgentError, Episode, TaskItem
+
+from calls import call
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,14 +40,6 @@ def without_timings(lines):
 
 
 # ---------------------------------------------------------------- score()
-def call(id, reward, policy="p", role="solver", done=True, error=None):
-    parent = id.rpartition(".")[0] or None
-    n = int(id.split(".")[-1])
-    reply = None if error else Reply("x", 2, 1, 0.0, prompt_ids=(1, n), response_ids=(9, n, 7), policy=policy)
-    return Call(id=id, parent=parent, agent=role, role=role, turn=id.count("."), messages=(), reply=reply,
-                reward=reward, done=done, error=error)  # fmt: skip
-
-
 GRPO = ("algo.advantage=grpo", "algo.grouping=task", "algo.credit=tree_q", "algo.gamma=1", "algo.skip_zero_advantage=true",
         "algo.mean_over=trained")
 
