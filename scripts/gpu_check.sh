@@ -69,7 +69,7 @@ part configs "$PY" scripts/gpu_check_runs.py configs "$DEVICE" "$OUT/runs"
 part default "$PY" scripts/gpu_check_runs.py default "$DEVICE" "$OUT/runs" ${MASRL_GPU_CHECK_DEFAULT_ARGS:-}
 
 counts=""  # the configs part's count, repeated on the check's last line
-if [ -s "$OUT/configs.log" ]; then
+if [[ "$PARTS" == *" configs "* && -s "$OUT/configs.log" ]]; then
   counts="; $(grep '^masrl: configs on ' "$OUT/configs.log" | tail -1 | sed 's/^masrl: //')"
 fi
 if [ ${#failed[@]} -gt 0 ]; then

@@ -112,7 +112,7 @@ def configs(device: str, root: Path) -> int:
 
 
 def default(device: str, root: Path, overrides: list[str]) -> int:
-    run = root / "default"
+    run = root / "default-run"  # root/default is the configs part's two tiny steps of the same config
     args = [*overrides, f"trainer.device={device}", f"run.dir={run}"]
     reason = missing("default", args)
     if reason is not None:
@@ -128,8 +128,9 @@ def default(device: str, root: Path, overrides: list[str]) -> int:
     steps = [s for s in steps if s["kind"] == "train"]
     mean = {k: sum(s[f"{k}_seconds"] for s in steps) / len(steps) for k in ("step", *BREAKDOWN)}
     parts = ", ".join(f"{k} {mean[k]:.2f} s" for k in BREAKDOWN)
+    many = "s" * (len(steps) != 1)
     print(f"masrl: default run on {device}: {wall:.0f} s wall ({wall / 60:.1f} min, evaluations included), "
-          f"{len(steps)} steps of {mean['step']:.2f} s ({parts}); table in {run / 'results.json'}")  # fmt: skip
+          f"{len(steps)} step{many} of {mean['step']:.2f} s on average ({parts}); table in {run / 'results.json'}")  # fmt: skip
     return 0
 
 
