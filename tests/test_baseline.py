@@ -44,6 +44,16 @@ def test_spent_sums_the_training_steps_by_hand():
     assert spent(rows) == Spent(steps=2, seconds=3.25, tokens=4 * 5.5 + 3 * 6.0)
 
 
+def test_spent_takes_the_steps_whole_wall_time_where_it_was_logged():
+    rows = [
+        {"step": 1, "kind": "train", "sample_seconds": 1.5, "update_seconds": 0.5, "step_seconds": 2.75},
+        {"step": 2, "kind": "train", "sample_seconds": 1.0, "update_seconds": 0.25, "step_seconds": 1.5},
+    ]  # fmt: skip
+    assert spent(rows).seconds == 2.75 + 1.5  # scoring and the host's work count too
+    older = [{"step": 1, "kind": "train", "sample_seconds": 1.5, "update_seconds": 0.5}]  # logged before step_seconds
+    assert spent(older).seconds == 2.0
+
+
 def test_the_single_agent_keeps_the_runs_model_task_items_and_machine_and_takes_single_grpo():
     team = {"run": {"dir": "runs/team", "seed": 2}, "model": {"name": "tiny", "lora_rank": 4},
             "task": {"kind": "math", "dataset": "chain_sum"}, "system": {"kind": "team", "checker": "x"},
@@ -105,9 +115,9 @@ def test_baseline_end_to_end_pairs_the_items_and_holds_both_budgets(team, capsys
         tokens = [r["calls"] * r["response_tokens_mean"] for r in rows]
         if budget == "tokens":  # deterministic: the tiny model's replies are seeded
             assert used.tokens <= team_spent.tokens < used.tokens + tokens[-1]  # stopped before the step that overruns
-        else:  # the single run counts whole steps and checkpoints against the team's sample + update seconds;
+        else:  # the single run counts whole steps and checkpoints against the team's step seconds;
             # trainer.max_minutes stops before a step as long as the last would overrun (up to one step's variation)
-            step_seconds = [r["sample_seconds"] + r["update_seconds"] for r in rows]
+            step_seconds = [r["step_seconds"] for r in rows]
             assert used.seconds <= team_spent.seconds + max(step_seconds)
             saved = yaml.safe_load((single / "config.yaml").read_text())["trainer"]
             assert saved["max_minutes"] == pytest.approx(team_spent.seconds / 60) and saved["steps"] == cap

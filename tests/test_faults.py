@@ -29,6 +29,7 @@ import pytest
 import torch
 from faults import BROKEN, TRANSIENT, faulty_pool_app
 from safetensors.torch import load_file
+from seeded import volatile
 from servers import running
 
 from masrl.checkpoint import latest_checkpoint, read_meta
@@ -61,9 +62,6 @@ def _rows(path: Path) -> list[dict]:
     return out
 
 
-TIMING = ("sample_seconds", "update_seconds", "gen_tokens_per_s", "update_tokens_per_s", "rss_gb")
-
-
 def _decisions(run: Path) -> dict:
     """Every call of every step, by (step, episode, call id): what was decided, answered and earned."""
     return {
@@ -75,7 +73,7 @@ def _decisions(run: Path) -> dict:
 
 def _train_metrics(run: Path) -> list[dict]:
     rows = [r for r in _rows(run / "metrics.jsonl") if r["kind"] == "train"]
-    return [{k: v for k, v in r.items() if k not in TIMING and k != "kind"} for r in rows]
+    return [{k: v for k, v in r.items() if not volatile(k) and k != "kind"} for r in rows]
 
 
 def _check_consistent(run: Path) -> int:

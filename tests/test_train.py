@@ -212,6 +212,19 @@ def test_an_agent_that_always_fails_stops_the_run(tiny_config, monkeypatch):
         train(tiny_config("trainer.steps=2", "eval.before=false"))
 
 
+# ---------------------------------------------------------------- where a step's time goes
+def test_each_step_logs_where_its_time_went_and_the_parts_add_up_to_the_step(tiny_config, run_dir):
+    train(tiny_config("trainer.steps=2", "eval.before=false"))
+    rows = [x for x in read_jsonl(run_dir / "metrics.jsonl") if x["kind"] == "train"]
+    assert len(rows) == 2
+    for r in rows:
+        parts = [r["generation_seconds"], r["scoring_seconds"], r["update_seconds"], r["host_seconds"]]
+        assert sum(parts) == pytest.approx(r["step_seconds"], rel=1e-9, abs=1e-12)
+        assert all(p > 0 for p in parts)  # the tiny model generates, is scored and updated; the tree takes time
+        # generation is the part of the loop's wait for the episodes spent inside the engine's calls
+        assert r["generation_seconds"] < r["sample_seconds"] < r["step_seconds"]
+
+
 # ---------------------------------------------------------------- time budget
 def test_checkpoint_time_counts_towards_max_minutes(tiny_config, run_dir, monkeypatch):
     """A run's allowance is wall time: a checkpoint that takes a minute (on a clock of the test's own; the

@@ -82,6 +82,15 @@ def check_router_page(page, console, source, router_run):
     assert {"reward", "usage/sim-strong", "xi/sim-strong"} <= metrics
     titles = set(re.findall(r'class="gtitle"[^>]*>([^<]+)<', dom))
     assert metrics <= titles  # every training metric has its chart
+    # Each step's time, stacked: the logged parts of every step, which add up to its step_seconds.
+    train = [r for r in rows if r["kind"] == "train"]
+    bars = page.evaluate("() => document.getElementById('steptime0').data"
+                         ".map(t => [t.name, Array.from(t.x), Array.from(t.y)])")
+    assert [b[0] for b in bars] == ["generation", "scoring", "update", "host"]
+    assert all(b[1] == [r["step"] for r in train] for b in bars)
+    assert bars[0][2] == [r["generation_seconds"] for r in train] and bars[3][2] == [r["host_seconds"] for r in train]
+    assert [sum(b[2][i] for b in bars) for i in range(len(train))] == pytest.approx([r["step_seconds"] for r in train])
+    assert any(t.startswith(f"{router_run}: step time, ") and "generation " in t for t in titles)
     # The final evaluation's table: every method with an interval, paired differences against the controller.
     final = re.search(r"<caption>[^<]*evaluation at step 2, 6 items</caption>(.*?)</table>", dom, re.S)
     assert final, "no table of the final evaluation"

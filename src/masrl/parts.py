@@ -49,7 +49,7 @@ from masrl.generation.engine import resolve_engine, sampler
 from masrl.generation.ray import RayWorkers, WorkerSpec
 from masrl.generation.remote import InferenceServers
 from masrl.generation.sampling import SamplingParams
-from masrl.generation.service import GenerationService
+from masrl.generation.service import BusyClock, GenerationService
 from masrl.learners import CRITIC, Learner, PolicyLearner, ValueLearner
 from masrl.memory import keep_heap_small
 from masrl.models import load_model
@@ -86,6 +86,7 @@ class Parts:
     env: EnvSteps | None = None  # environment steps on threads (rollout.env_threads), None: on the event loop
     scope: ExitStack = field(default_factory=ExitStack)  # what holds while the parts live (sandbox.limits_only)
     errors: SystemErrors = SystemErrors()  # what a rollout does when the system's code raises (rollout.on_system_error)
+    generation: BusyClock = field(default_factory=BusyClock)  # seconds inside generation calls, all services'
 
     def publish(self, version: int) -> None:
         """Send the current adapters, as `version`, to every remote engine (before it generates again)."""
@@ -223,7 +224,8 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
     # Generation services last: remote workers start from the trainer's sampling generator as it is
     # now, after every initialisation above has drawn from it (masrl.generation.ray).
     env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
-    services, remotes = build_services(config, models, names, model is not None, env)
+    clock = BusyClock()  # one for every service: a step's generation seconds (masrl.step_metrics)
+    services, remotes = build_services(config, models, names, model is not None, env, clock)
     r = config.rollout
     train_params = SamplingParams(r.max_new_tokens, r.temperature, r.top_p, built.stop)
     eval_params = SamplingParams(config.eval.max_new_tokens, 0.0, 1.0, built.stop)
@@ -244,6 +246,7 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
         env=env,
         scope=scope,
         errors=errors,
+        generation=clock,
     )  # fmt: skip
 
 
@@ -301,7 +304,7 @@ def build_rule(config: Config) -> BranchRule | Planner:
 
 def build_services(
     config: Config, models: Mapping[str, PolicyModel], names: Mapping[str, str], given_model: bool,
-    env: EnvSteps | None = None,
+    env: EnvSteps | None = None, clock: BusyClock | None = None,
 ) -> tuple[dict[str, GenerationService], list[tuple[Any, PolicyModel]]]:
     """One generation service per base: in process (`rollout.workers: 0`), Ray workers, or inference servers."""
     r = config.rollout
@@ -313,13 +316,14 @@ def build_services(
         remote = start_remote(config, base, names[adapters[0]], given_model) if distributed.is_main() else None
         if remote is None:
             generate = sampler(base, resolve_engine(r.engine, base.placement), r.precision)  # the in-process engines
-            local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens)
+            local = GenerationService(generate, max_batch=r.max_batch, env=env, max_tokens=r.max_batch_tokens,
+                                      clock=clock)  # fmt: skip
             services.update(dict.fromkeys(adapters, local))
             continue
         remote.publish(0, {p: base.state_dict(p) for p in base.policies})  # the initial adapters are version 0
         remotes.append((remote, base))
         service = GenerationService(remote.generate, max_batch=r.max_batch, slots=remote.slots, env=env,
-                                    max_tokens=r.max_batch_tokens)  # fmt: skip
+                                    max_tokens=r.max_batch_tokens, clock=clock)  # fmt: skip
         services.update(dict.fromkeys(adapters, service))
     return services, remotes
 

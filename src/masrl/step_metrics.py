@@ -3,7 +3,8 @@
 `episode_metrics` counts a step's trajectories, failures, calls and cost and
 averages its reward (and each reward component) over the trajectories that did
 not fail; `machine_metrics` measures the machine, not the run: peak memory,
-seconds, tokens per second; `FailureCount` the generation requests remote
+where the step's seconds went (`StepTimes`: generation, scoring, update, and
+the host's own work, which add up to the step), tokens per second; `FailureCount` the generation requests remote
 engines failed. `train_step` (masrl.train) logs them every step.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from masrl.scoring import Scored
 from masrl.types import Episode
@@ -38,17 +40,35 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     return out
 
 
-def machine_metrics(episodes: Sequence[Episode], scored: Scored, t_sample: float, t_update: float,
-                    t_generate: float) -> dict[str, float]:  # fmt: skip
-    """Measurements of the machine, not of the run: peak memory, the step's seconds, tokens per second."""
+@dataclass(frozen=True)
+class StepTimes:
+    """Where a training step's wall time went, in seconds (masrl.train.train_step measures them)."""
+
+    step: float  # the whole step: sample, score, update, publish, its metrics
+    sample: float  # what the loop waited for the step's episodes (~0 when they were sampled ahead)
+    sampling: float  # the sampling's own wall time (on the background thread when sampled ahead)
+    generation: float  # of `sample`, the seconds a generation call was running (masrl.generation.service.BusyClock)
+    scoring: float  # credit, groups, advantages (masrl.scoring)
+    update: float  # every policy's optimiser step
+
+
+def machine_metrics(episodes: Sequence[Episode], scored: Scored, times: StepTimes) -> dict[str, float]:
+    """Measurements of the machine, not of the run: peak memory, the step's seconds, tokens per second.
+
+    The breakdown adds up: generation + scoring + update + host = step, where `host_seconds` is what
+    is left: the system's own code, the tree expansion, batching, the step's bookkeeping."""
     gen_tokens = sum(c.reply.tokens_out for ep in episodes for c in ep.calls if c.reply)
     upd_tokens = sum(len(s.response_ids) for ss in scored.samples.values() for s in ss if s.trained)
     return dict(
         rss_gb=peak_rss_gb(),
-        sample_seconds=t_sample,
-        update_seconds=t_update,
-        gen_tokens_per_s=gen_tokens / max(t_generate, 1e-9),
-        update_tokens_per_s=upd_tokens / max(t_update, 1e-9) if upd_tokens else 0.0,
+        sample_seconds=times.sample,
+        update_seconds=times.update,
+        step_seconds=times.step,
+        generation_seconds=times.generation,
+        scoring_seconds=times.scoring,
+        host_seconds=times.step - times.generation - times.scoring - times.update,
+        gen_tokens_per_s=gen_tokens / max(times.sampling, 1e-9),
+        update_tokens_per_s=upd_tokens / max(times.update, 1e-9) if upd_tokens else 0.0,
     )
 
 

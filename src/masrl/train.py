@@ -58,7 +58,7 @@ from masrl.run.stop import (
     Interrupted, Signals, budget_note, interrupted_message, launch_ranks, out_of_time, out_of_tokens,
 )
 from masrl.scoring import Scored, score
-from masrl.step_metrics import FailureCount, episode_metrics, machine_metrics
+from masrl.step_metrics import FailureCount, StepTimes, episode_metrics, machine_metrics
 from masrl.types import EnvironmentProblem, Episode, ExitCode, TrainingError
 
 
@@ -78,19 +78,22 @@ def train_step(
     """Sample the step's episodes (rank 0; the others receive them), score them, update every policy."""
     main = distributed.is_main()
     failures = failures or FailureCount(engine.remote_failures)
-    t0 = time.perf_counter()
+    t0, busy0 = time.perf_counter(), engine.generation.seconds()
     episodes, t_generate = None, 0.0
     if main:  # 1. sample (rank 0; the others receive its episodes)
         episodes, t_generate = ahead.episodes(step) if ahead else timed(partial(sample_step, engine), step)
     episodes = distributed.broadcast(episodes)
     t_sample = time.perf_counter() - t0  # what this loop waited; less than t_generate when sampled ahead
+    t_generation = engine.generation.seconds() - busy0  # of it, the seconds inside generation calls
     metrics = episode_metrics(episodes)
     if engine.errors.on_error == "drop":  # episodes dropped because the system's code raised in them
         metrics["dropped"] = float(sum(ep.dropped is not None for ep in episodes))
     if metrics["failed"] == metrics["trajectories"]:
         first = next(c.error for ep in episodes for c in ep.calls if c.error)
         raise TrainingError(f"step {step}: every episode failed; first error: {first}")
+    t1 = time.perf_counter()
     scored = score(episodes, engine.config, engine.critic)  # 2-3. score and advantage
+    t_scoring = time.perf_counter() - t1
     if engine.hooks.observe is not None:  # a system's own step metrics (e.g. usage, dual ascent)
         metrics.update(engine.hooks.observe(episodes))
     t1 = time.perf_counter()
@@ -106,7 +109,9 @@ def train_step(
         metrics["rollout/generate_seconds"] = t_generate  # the step's sampling on the background thread
     metrics.update(scored.metrics)
     # the rate of the sampling itself: with rollouts ahead the loop may wait ~0 s for a whole step
-    metrics.update(machine_metrics(episodes, scored, t_sample, t_update, t_generate if main else t_sample))
+    times = StepTimes(time.perf_counter() - t0, t_sample, t_generate if main else t_sample, t_generation,
+                      t_scoring, t_update)  # fmt: skip
+    metrics.update(machine_metrics(episodes, scored, times))
     return TrainedStep(episodes, scored, metrics)
 
 

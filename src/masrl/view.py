@@ -16,9 +16,11 @@ The page, top to bottom:
    siblings (RUN-seed0, RUN-seed1, ...) pooled per item;
 2. the system's own views (SystemSpec.page.views: the router's usage and
    confusion matrices, the budget controller's cost-accuracy per mode, ...);
-3. training curves: every metric of metrics.jsonl, one chart per metric,
-   every run overlaid; the run's system's own curves (SystemSpec.page.curves)
-   first, then the engine's grouped by their prefix; each chart has a
+3. training curves: first each run's step time, stacked per step
+   (generation, scoring, update, host: masrl.step_metrics); then every
+   metric of metrics.jsonl, one chart per metric, every run overlaid; the
+   run's system's own curves (SystemSpec.page.curves) first, then the
+   engine's grouped by their prefix; each chart has a
    raw / smoothed toggle (an exponential moving average);
 4. episode trees from samples.jsonl: pick a run and step; each task's tree
    of calls (agent, role, turn), prompts, responses, reward components,
@@ -97,6 +99,40 @@ def curve_figure(metric: str, title: str, runs: Sequence[tuple[str, list[dict]]]
                                   {"label": f"smoothed {EMA}", "method": "restyle", "args": [{"visible": smoothed}]}]}],
     )  # fmt: skip
     return fig
+
+
+STEP_TIME = (("generation_seconds", "generation"), ("scoring_seconds", "scoring"), ("update_seconds", "update"),
+             ("host_seconds", "host"))  # fmt: skip  # the parts of step_seconds (masrl.step_metrics.machine_metrics)
+
+
+def step_time_figure(name: str, rows: list[dict]):
+    """One run's step time per step, stacked: generation, scoring, update, host; None for a run that did not
+    log the breakdown (runs from before it)."""
+    import plotly.graph_objects as go  # lazy: as in curve_figure
+
+    rows = [r for r in rows if all(r.get(k) is not None for k, _ in STEP_TIME)]
+    if not rows:
+        return None
+    steps, total = [r["step"] for r in rows], sum(r["step_seconds"] for r in rows)
+    shares = ", ".join(f"{label} {sum(r[k] for r in rows) / max(total, 1e-9):.0%}" for k, label in STEP_TIME)
+    fig = go.Figure([go.Bar(x=steps, y=[r[k] for r in rows], name=label) for k, label in STEP_TIME])
+    fig.update_layout(
+        title={"text": f"{name}: step time, {total / len(rows):.3g} s a step ({shares})", "font": {"size": 13}},
+        barmode="stack", height=280, margin={"l": 40, "r": 10, "t": 40, "b": 30}, xaxis_title="step",
+        yaxis_title="seconds",
+    )  # fmt: skip
+    return fig
+
+
+def step_time_html(train: dict[str, list[dict]]) -> str:
+    """The step-time charts (div ids steptime0, steptime1, ...) of every run that logged the breakdown."""
+    figs = [f for label, rows in train.items() for f in [step_time_figure(label, rows)] if f is not None]
+    if not figs:
+        return ""
+    body = "".join(figure_html(f, f"steptime{i}") for i, f in enumerate(figs))
+    note = ("Where each step's wall time went: inside generation calls, scoring (credit, groups, advantages), "
+            "the update, and the host's own work (the system's code, the tree expansion, batching, bookkeeping).")
+    return f"<h3>step time</h3><p class='dim'>{note}</p><div class='grid'>{body}</div>"
 
 
 def figure_html(fig, div_id: str) -> str:
@@ -250,7 +286,7 @@ def page_html(paths: Sequence[Path]) -> str:
     train = {label: [r for r in rows if r.get("kind") == "train"] for label, rows in metrics.items()}
     keys = list(dict.fromkeys(k for rows in train.values() for r in rows for k in r if k not in ("step", "kind")))
     keys += [k for k in own if k not in keys]  # a system's eval/ curve (search: eval/f1)
-    parts, n = [], 0
+    parts, n = [step_time_html(train)], 0
     for group, ks in metric_groups(keys, own):
         figs = []
         for k in ks:

@@ -224,7 +224,9 @@ def test_bf16_sampling_carries_its_logprobs_and_greedy_calls_stay_float32():
 
 @needs_bf16
 def test_training_on_bf16_samples_weighs_each_token_by_the_trainer_over_the_sampler(tiny_config, parity_reward):
-    run = train(tiny_config("trainer.steps=2", "eval.before=false", "rollout.precision=bf16", "algo.behavior_cap=2"))
+    # the CPU's bf16 sampler (AVX-512 BF16): on a GPU machine `auto` would place the run on CUDA, where auto is HF
+    run = train(tiny_config("trainer.steps=2", "eval.before=false", "rollout.precision=bf16", "algo.behavior_cap=2",
+                            "trainer.device=cpu"))  # fmt: skip
     steps = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if m["kind"] == "train"]
     assert len(steps) == 2
     for m in steps:

@@ -10,7 +10,7 @@ import asyncio
 from generation_cases import FakeGenerate
 
 from masrl.generation.sampling import SamplingParams
-from masrl.generation.service import GenerationService
+from masrl.generation.service import BusyClock, GenerationService
 
 GREEDY = SamplingParams(max_new_tokens=4, temperature=0.0)
 SAMPLE = SamplingParams(max_new_tokens=4, temperature=1.0)
@@ -93,3 +93,23 @@ def test_max_tokens_cuts_a_batch_by_rows_times_its_widest_row():
     fake.batches.clear()
     asyncio.run(gather_requests(service, [(p, SAMPLE, "a") for p in prompts[:2]]))
     assert [b[0] for b in fake.batches] == [prompts[:1], prompts[1:2]]
+
+
+def test_the_busy_clock_counts_overlapping_batches_once_and_a_failed_batch_too():
+    """Two slots of a remote engine each run a 0.2 s batch at once: 0.2 s of the wall inside generation, not
+    0.4 s; then one batch that raises still counts its time (the step waited for it)."""
+    fake = FakeGenerate()
+
+    async def slow(prompts, params, policy):
+        await asyncio.sleep(0.2)
+        return fake(prompts, params, policy)
+
+    clock = BusyClock()
+    service = GenerationService(slow, slots=2, clock=clock)
+    asyncio.run(gather_requests(service, [([i], SAMPLE, "a") for i in range(4)]))
+    assert len(fake.batches) == 2 and service.stats.seconds >= 0.4  # two batches, each 0.2 s
+    assert 0.2 <= clock.seconds() < 0.35
+    fake.fail = RuntimeError("engine down")
+    outs = asyncio.run(gather_requests(GenerationService(slow, clock=clock), [([9], SAMPLE, "a")]))
+    assert isinstance(outs[0], RuntimeError) and 0.4 <= clock.seconds() < 0.55
+    assert clock.seconds() == clock.seconds()  # nothing running: the count stands still

@@ -17,6 +17,10 @@ gives an async `generate` and `slots` > 1 batches in flight at once: the
 oldest group is cut into one batch per free slot, so every worker gets a
 share. With one slot the service cuts batches exactly as in process (the
 same batches, so the same samples: what `rollout.workers: 1` is tested on).
+
+Every batch runs under a `BusyClock`, shared by the services of one run
+(masrl.parts), so a training step can log how long it spent in generation
+(`generation_seconds`, masrl.step_metrics) with overlapping batches counted once.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,10 +57,38 @@ class ServiceStats:
     batch_sizes: list[int] = field(default_factory=list)
 
 
+class BusyClock:
+    """Wall seconds during which at least one generation batch was running: batches that overlap (a remote
+    engine's slots, the services of several bases) count once, so the total never exceeds the wall time."""
+
+    def __init__(self) -> None:
+        self._open = 0
+        self._since = self._total = 0.0
+        self._lock = threading.Lock()  # rollouts sampled ahead run their batches on another thread's loop
+
+    def start(self) -> None:
+        with self._lock:
+            if self._open == 0:
+                self._since = time.perf_counter()
+            self._open += 1
+
+    def stop(self) -> None:
+        with self._lock:
+            self._open -= 1
+            if self._open == 0:
+                self._total += time.perf_counter() - self._since
+
+    def seconds(self) -> float:
+        """The busy seconds so far, a batch still running included up to now."""
+        with self._lock:
+            return self._total + (time.perf_counter() - self._since if self._open else 0.0)
+
+
 class GenerationService:
     def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, slots: int = 1,
-                 env=None, max_tokens: int | None = None):  # fmt: skip
+                 env=None, max_tokens: int | None = None, clock: BusyClock | None = None):  # fmt: skip
         self._generate = generate
+        self.clock = clock or BusyClock()  # shared with the run's other services (masrl.parts)
         self._env = env  # masrl.rollout.tree.EnvSteps: environment steps running off the loop, waited for
         self._remote = inspect.iscoroutinefunction(generate)
         self.max_batch = max_batch
@@ -110,6 +143,7 @@ class GenerationService:
     async def _run(self, batch: list[_Request]) -> None:
         started = time.perf_counter()
         args = ([r.prompt for r in batch], batch[0].params, batch[0].policy)
+        self.clock.start()
         try:
             if self._remote:
                 outs = await self._generate(*args)
@@ -120,6 +154,8 @@ class GenerationService:
                 if not r.future.done():
                     r.future.set_exception(exc)
             return
+        finally:
+            self.clock.stop()
         self._record(outs, time.perf_counter() - started)
         for r, out in zip(batch, outs):
             if not r.future.done():
