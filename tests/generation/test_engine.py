@@ -50,6 +50,10 @@ def test_async_and_remote_settings_are_checked_before_anything_loads():
                                           "rollout.servers=[http://127.0.0.1:1/v1]"])  # fmt: skip
     with pytest.raises(ConfigError, match="rollout.max_staleness"):
         load_config("single-arithmetic", ["rollout.max_staleness=-1"])
+
+
+def test_asynchronous_steps_with_rollout_workers_pass_the_checks():
+    pytest.importorskip("ray")  # rollout.workers needs Ray (the scale extra); the floor job installs none
     cfg = load_config("single-arithmetic", ["rollout.workers=2", "rollout.max_staleness=1", "algo.behavior_cap=2"])
     assert cfg.rollout.max_staleness == 1 and cfg.algo.behavior_cap == 2.0
 
