@@ -12,9 +12,10 @@ runs RUN-seedK) this trains one single agent (`system.kind: single`) on:
   `trainer` learning keys;
 - a budget measured from the run's metrics.jsonl (its training steps;
   evaluations are not counted), one single run per budget:
-  `time`: `trainer.max_minutes` = the run's sampling and update seconds (the
-  single run counts its whole steps and checkpoints against it, so it gets at
-  most the team's time); `tokens`: `trainer.max_sampled_tokens` = the tokens
+  `time`: `trainer.max_minutes` = the run's step seconds (`step_seconds`; a
+  run logged before it: sampling plus update seconds), against which the
+  single run counts its whole steps and checkpoints, so it gets at most the
+  team's time; `tokens`: `trainer.max_sampled_tokens` = the tokens
   the run's training rollouts generated. `trainer.steps` is a cap
   (STEPS_CAP_FACTOR times the run's steps) that the budget ends first; the
   table says which did.
