@@ -263,7 +263,7 @@ def table(team: Side, single: Side, budget: str, cap: int, metric: str = "accura
         f"team minus single, {metric}, paired on {diff.n} common items: {diff.format(digits(metric))}"
         + ("" if diff.excludes_zero() else " (the interval holds 0)"),
         interval_note([team.method, single.method], two_level=True),
-        "train s: sampling + update seconds per seed (evaluations excluded); sampled tokens: generated in "
+        "train s: training step seconds per seed (evaluations excluded); sampled tokens: generated in "
         "training, per seed; tokens and calls per held-out item: at evaluation",
     ]  # fmt: skip
     return "\n".join(lines)
