@@ -203,8 +203,9 @@ def train_planned(planned: Sequence[Planned], train: Callable[[Config], Path]) -
 
 def reusable(p: Planned) -> bool:
     """Whether the run directory already holds this config's finished run (a ConfigError if another run)."""
-    saved_path = RunDir(p.run_dir).config
-    if not saved_path.is_file() or RunDir(p.run_dir).latest_checkpoint() is None:
+    run = RunDir(p.run_dir)
+    saved_path = run.config
+    if not saved_path.is_file() or run.latest_checkpoint() is None:
         return False
     if yaml.safe_load(saved_path.read_text()) != p.config.model_dump(mode="json"):
         raise ConfigError(f"{p.run_dir} holds another run; remove it or choose --out")
