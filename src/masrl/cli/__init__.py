@@ -210,7 +210,7 @@ def _compare(args) -> int:
 def _baseline(args) -> int:
     """`masrl baseline RUN`: plan the single-agent runs (one per seed run and budget), train them, print the tables."""
     budgets = BUDGETS if args.budget == "both" else (args.budget,)
-    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides)
+    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides, args.single)
     if args.dry_run:
         print(dry_run_text(planned))
         return 0

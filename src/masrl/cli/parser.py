@@ -62,8 +62,8 @@ def _result_commands(sub) -> None:
     b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
                        "training time, equal sampled tokens) and print the paired table",
                        description="For each seed run of RUN: a single agent on its base model, task family, held-out "
-                       "items and machine settings, trained as single-arithmetic trains it, for the run's training "
-                       "seconds (sampling + update) or its sampled tokens; then team minus single with intervals "
+                       "items and machine settings, trained as single-arithmetic (or --single CONFIG) trains it, for the "
+                       "run's training step seconds or its sampled tokens; then team minus single with intervals "
                        "and the inference cost per item (docs/usage.md)")  # fmt: skip
     b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
     b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")
@@ -72,6 +72,9 @@ def _result_commands(sub) -> None:
     b.add_argument("--seeds", type=int, metavar="N", help="match the first N seed runs of RUN (default: all)")
     b.add_argument("--out", metavar="PREFIX", help="train into PREFIX-time-seedK and PREFIX-tokens-seedK "
                    "(default PREFIX: RUN-single)")  # fmt: skip
+    b.add_argument("--single", default="single-arithmetic", metavar="CONFIG",
+                   help="the single agent's algorithm: a shipped config or YAML file written for RUN's task family "
+                   "(default: single-arithmetic, for math; turns-planpath-single for Plan-Path)")  # fmt: skip
     b.add_argument("--dry-run", action="store_true", help="print the configs it would train, and stop")
 
     v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")
