@@ -2,9 +2,10 @@
 
 This module only describes a config (field types, ranges, defaults, what each key means); it
 imports nothing of masrl. Reading one is `masrl.loading.load_config(path, overrides)`: YAML,
-dotted overrides, old layouts moved (masrl.migration), every field validated here and then the
-cross-checks between sections and against the chosen system and task family, all before any
-model loads (docs/architecture.md: the schema sits at the bottom, loading above the registry).
+dotted overrides, old layouts moved (masrl.migration), every field validated here (a section whose
+keys must fit each other checks them in its `check`, so a section with bad values is never built)
+and then the cross-checks between sections and against the chosen system and task family, all
+before any model loads (docs/architecture.md: the schema sits at the bottom, loading above the registry).
 A key that names a registered function or engine (algo.advantage, rollout.engine, ...) is a plain
 string here: its names are the tables where each is chosen (masrl.choices), which loading checks.
 """
@@ -15,7 +16,7 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 
 class ConfigError(ValueError):
@@ -82,6 +83,12 @@ class SamplerConfig(Section):
         description="round_robin: probability of forking at each agent, in acting order; "
         "independent forks at each of these len(fork_probs) agents",
     )
+
+    @model_validator(mode="after")
+    def check(self) -> "SamplerConfig":
+        if any(p < 0 for p in self.fork_probs) or sum(self.fork_probs) <= 0:
+            raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {self.fork_probs}")
+        return self
 
 
 class RolloutConfig(Section):
@@ -165,6 +172,13 @@ class RewardConfig(Section):
         "reward (Transition.reward), used as it is: these weights do not touch it. The components a system "
         "reports are logged as reward/<name> either way",
     )
+
+    @model_validator(mode="after")
+    def check(self) -> "RewardConfig":
+        unknown = set(self.weights) - {"correct", "format"}
+        if unknown:
+            raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
+        return self
 
 
 class AlgoConfig(Section):

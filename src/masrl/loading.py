@@ -118,9 +118,6 @@ def cross_checks(config: Config) -> None:
     check_engine(config)
     if config.algo.advantage == "gae" and config.model.lora_rank == 0:
         raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
-    unknown = set(config.reward.weights) - {"correct", "format"}
-    if unknown:
-        raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
     if spec.check is not None:
         spec.check(config)
 
@@ -164,8 +161,6 @@ def _check_sampler(config: Config, spec: SystemSpec) -> None:
     if s.rule not in spec.rules:
         raise ValueError(f"sampler.rule {s.rule!r} does not fit system.kind {config.system.kind!r}; "
                          f"its rules: {', '.join(spec.rules)}")  # fmt: skip
-    if any(p < 0 for p in s.fork_probs) or sum(s.fork_probs) <= 0:
-        raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {s.fork_probs}")
 
 
 def _check_files(config: Config) -> list[str]:
