@@ -92,7 +92,8 @@ def train_step(
         first = next(c.error for ep in episodes for c in ep.calls if c.error)
         raise TrainingError(f"step {step}: every episode failed; first error: {first}")
     t1 = time.perf_counter()
-    scored = score(episodes, engine.config, engine.critic)  # 2-3. score and advantage
+    config = engine.config
+    scored = score(episodes, config.algo, engine.critic, config.critic.whiten_advantages)  # 2-3. score and advantage
     t_scoring = time.perf_counter() - t1
     if engine.hooks.observe is not None:  # a system's own step metrics (e.g. usage, dual ascent)
         metrics.update(engine.hooks.observe(episodes))

@@ -135,7 +135,7 @@ def test_value_head_loss_falls_on_a_fixed_batch_of_budget_episodes(tmp_path):
 
 def test_gae_scoring_of_budget_episodes_gives_critic_targets_for_every_controller_token(tmp_path):
     engine, episodes = calling_engine(tmp_path)
-    scored = score(episodes, engine.config, engine.critic)
+    scored = score(episodes, engine.config.algo, engine.critic, engine.config.critic.whiten_advantages)
     ctrl_tokens = sum(len(c.reply.response_ids) for ep in episodes for c in ep.calls if c.reply and c.reply.trainable)
     assert sum(len(s.returns) for s in scored.samples[CRITIC]) == ctrl_tokens
     final = [c for ep in episodes for c in ep.calls if c.done]

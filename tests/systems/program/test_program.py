@@ -125,7 +125,7 @@ def test_the_trainer_scores_the_sampled_tokens_with_the_sampling_logprobs(run_di
     received = {r["id"]: r for r in (json.loads(p.read_text()) for p in seen.glob("*.json"))}
     calls = [c for _, c in trainable_calls(episodes)]
     assert len(calls) == len(received) == 8
-    scored = score(episodes, cfg)
+    scored = score(episodes, cfg.algo)
     samples = scored.samples["solver"]
     assert len(samples) == 8  # the arrival-parity reward splits each group 2 to 2: every call has an advantage
     by_ids = {(tuple(r["prompt_token_ids"]), tuple(r["token_ids"])): r for r in received.values()}
@@ -348,7 +348,7 @@ def test_credit_options_on_recorded_runs(name, run_dir):
     episode = two_runs()
     assert [c.reward for c in episode.calls] == [0.0, 1.0, 0.0, 0.5, 0.0]
     cfg = config(run_dir, "x.py", "algo.advantage=grpo_mean", "algo.skip_zero_advantage=false", *options)
-    scored = score([episode], cfg)
+    scored = score([episode], cfg.algo)
     assert {cid: round(a, 9) for (_, cid), a in scored.advantages.items()} == expected
     weights = [s.weight for s in scored.samples["shared"]]
     # MHGPO eq. 6: 5 samples, 3 solver and 2 checker ones: w = 5 / (2 agents * 3) and 5 / (2 * 2)
