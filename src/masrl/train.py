@@ -222,9 +222,9 @@ def _run(engine: Parts, config: Config, run: RunDir, start: int, signals: Signal
         engine.publish(start)  # remote engines generate with the restored adapters (version = step)
     logger = RunLogger(run, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
-        log_eval(engine, logger, 0, "before")
-    elif main and eval_due(config, start) and not run.logged(start, "eval"):
-        log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
+        log_eval(engine, config.eval, logger, 0, "before")
+    elif main and eval_due(config.eval, start, config.trainer.steps) and not run.logged(start, "eval"):
+        log_eval(engine, config.eval, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
     # thread while this one updates (the workers or servers do the model work), step t's with the
     # adapters of version max(start, t - 1 - k), whatever the trainer has published meanwhile.
@@ -253,7 +253,7 @@ def _loop(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLog
     if signalled is not None:
         raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run))
     if main:  # evaluation runs once
-        log_eval(engine, logger, last, "after", final=True)
+        log_eval(engine, config.eval, logger, last, "after", final=True)
         if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
             report_before_after(run, last)
     return run.path
@@ -286,9 +286,9 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
                 (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes)
                  or out_of_tokens(sampled_tokens, step_tokens, cfg.max_sampled_tokens), signals.received))  # fmt: skip
             final = step == cfg.steps or stop or signalled is not None
-            if eval_due(config, step) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
+            if eval_due(config.eval, step, cfg.steps) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
                 step_seconds += _settle(ahead)
-                log_eval(engine, logger, step, f"step {step}")
+                log_eval(engine, config.eval, logger, step, f"step {step}")
             t_checkpoint = time.perf_counter()
             if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
                 # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
