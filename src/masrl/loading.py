@@ -115,7 +115,8 @@ def cross_checks(config: Config) -> None:
                          "other makes them differ by its noise alone; set model.lora_dropout=0")  # fmt: skip
     _check_task(config, spec)
     _check_sampler(config, spec)
-    check_engine(config)
+    check_engine(config.rollout, lora_rank=config.model.lora_rank, bases=config.model.bases,
+                 behavior_cap=config.algo.behavior_cap)  # fmt: skip
     if config.algo.advantage == "gae" and config.model.lora_rank == 0:
         raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
     if spec.check is not None:
