@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -207,5 +207,6 @@ def _did_you_mean(loc: tuple, section: type[BaseModel] = Config) -> str:
     return f"; did you mean '{close[0]}'?" if close else f"; known keys: {known}"
 
 
-def dump_config(config: Config, path: Path) -> None:
-    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+def dump_config(data: Mapping, path: Path) -> None:
+    """Write a resolved config's data (`config.model_dump(mode="json")`) as YAML that `load_config` reads back."""
+    atomic_write_text(path, yaml.safe_dump(dict(data), sort_keys=False))

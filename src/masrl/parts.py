@@ -43,7 +43,7 @@ import torch
 from masrl import distributed
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
-from masrl.config import Config, ConfigError
+from masrl.config import Config, ConfigError, TrainerConfig
 from masrl.device import Placement, placement
 from masrl.generation.engine import resolve_engine, sampler
 from masrl.generation.ray import RayWorkers, WorkerSpec
@@ -175,10 +175,10 @@ def update_settings(config: Config) -> UpdateSettings:
     )
 
 
-def config_placement(config: Config) -> Placement:
+def config_placement(trainer: TrainerConfig) -> Placement:
     """Where this process's models go: `trainer.device`/`precision`, the GPU of $LOCAL_RANK on CUDA."""
     try:
-        return placement(config.trainer.device, config.trainer.precision)
+        return placement(trainer.device, trainer.precision)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -259,7 +259,7 @@ def load_bases(
     plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if config.algo.advantage == "gae" else [])
     models: dict[str, PolicyModel] = {}  # adapter -> its base
     names: dict[str, str] = {}  # adapter -> its base's model name
-    place = config_placement(config)
+    place = config_placement(config.trainer)
     for name, adapters in plan.items():  # a system trained only through heads (built.heads) loads no base
         loaded = (
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)

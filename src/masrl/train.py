@@ -137,13 +137,13 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         config = load_config(run.config)
     processes = config.trainer.processes
     if processes > 1 and not distributed.launched():
-        launch_ranks(_rank_train, config, run, resume is not None, model)
+        launch_ranks(_rank_train, config.model_dump(mode="json"), config.trainer, run, resume is not None, model)
         return run.path
     if distributed.launched():
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
             print(f"masrl: note: WORLD_SIZE={os.environ['WORLD_SIZE']} processes were started for the run; "
                   f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
-        distributed.init_from_env(config_placement(config).device, config.trainer.timeout_minutes)
+        distributed.init_from_env(config_placement(config.trainer).device, config.trainer.timeout_minutes)
     try:
         result = _train(config, run, resume is not None, model)
     except BaseException:
@@ -178,7 +178,7 @@ def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals
     plan = None
     if distributed.is_main():  # rank 0 owns the run directory; every rank starts where it says
         try:
-            plan = (prepare_run_dir(run, config, resuming), None)
+            plan = (prepare_run_dir(run, config.model_dump(mode="json"), config.trainer.steps, resuming), None)
         except (TrainingError, ConfigError, EnvironmentProblem) as exc:
             plan = (None, exc)
     start, error = distributed.broadcast(plan)
