@@ -332,7 +332,7 @@ def start_remote(config: Config, base: PolicyModel, model_name: str, given_model
     """The remote engine that generates for `base`'s adapters: inference servers, Ray workers, or None (in process)."""
     r = config.rollout
     if r.engine == "openai":
-        return InferenceServers(config, model_name, base)
+        return InferenceServers(r, config.run.dir, model_name, base)
     if not r.workers:
         return None
     if given_model:
