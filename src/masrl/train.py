@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from masrl import distributed
 from masrl.checkpoint import read_meta
-from masrl.config import Config, ConfigError
+from masrl.config import Config, ConfigError, TrainerConfig
 from masrl.loading import load_config, validate
 from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
@@ -276,7 +276,7 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
             t0 = time.perf_counter()
             trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
             if main:  # 5. log
-                _log_step(logger, bar, config, step, trained)
+                _log_step(logger, bar, cfg, step, trained)
             last = step
             step_seconds = time.perf_counter() - t0
             step_tokens = trained.metrics["calls"] * trained.metrics["response_tokens_mean"]  # generated this step
@@ -316,11 +316,11 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
 
 
 # ------------------------------------------------------------------ the loop's phases
-def _log_step(logger: RunLogger, bar: tqdm, config: Config, step: int, trained: TrainedStep) -> None:
+def _log_step(logger: RunLogger, bar: tqdm, trainer: TrainerConfig, step: int, trained: TrainedStep) -> None:
     """The step's metrics; its first episode trees on the first step and every `log_episodes_every`-th."""
     logger.log(step, trained.metrics)
-    if step % config.trainer.log_episodes_every == 0 or step == 1:
-        logger.episodes(step, trained.episodes[: config.trainer.log_episodes], trained.scored)
+    if step % trainer.log_episodes_every == 0 or step == 1:
+        logger.episodes(step, trained.episodes[: trainer.log_episodes], trained.scored)
     metrics = trained.metrics
     bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
     bar.update(1)
