@@ -43,7 +43,7 @@ import torch
 from masrl import distributed
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
-from masrl.config import Config, ConfigError, TrainerConfig
+from masrl.config import Config, ConfigError, SamplerConfig, TrainerConfig
 from masrl.device import Placement, placement
 from masrl.generation.engine import resolve_engine, sampler
 from masrl.generation.ray import RayWorkers, WorkerSpec
@@ -220,7 +220,7 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
     if gae:
         check_one_tokenizer(models, CRITIC)
     learners, critic = build_learners(config, models, built)
-    rule = build_rule(config)
+    rule = build_rule(config.sampler, config.run.seed)
     # Generation services last: remote workers start from the trainer's sampling generator as it is
     # now, after every initialisation above has drawn from it (masrl.generation.ray).
     env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
@@ -292,14 +292,13 @@ def build_learners(
     return learners, critic
 
 
-def build_rule(config: Config) -> BranchRule | Planner:
-    """The sampler (`sampler.rule`) with its options."""
-    s = config.sampler
+def build_rule(sampler: SamplerConfig, seed: int) -> BranchRule | Planner:
+    """The sampler (`sampler.rule`) with its options; `seed` is run.seed."""
     options = {
-        "round_robin": {"probs": tuple(s.fork_probs), "seed": config.run.seed},
-        "independent": {"agents": len(s.fork_probs)},
+        "round_robin": {"probs": tuple(sampler.fork_probs), "seed": seed},
+        "independent": {"agents": len(sampler.fork_probs)},
     }
-    return BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
+    return BRANCH_RULES[sampler.rule](sampler.group_size, **options.get(sampler.rule, {}))
 
 
 def build_services(
