@@ -65,7 +65,7 @@ def metrics(run_dir: Path) -> list[dict]:
     (b'{"answer": ["4"]}', (None, None, "no_json")),
 ])  # fmt: skip
 def test_the_last_line(stdout, expected):
-    answer, reward, fault = parse_last_line(stdout)
+    answer, reward, fault, _ = parse_last_line(stdout)
     assert (answer, reward) == expected[:2]
     assert (fault or "").split(":")[0] == (expected[2] or "")
 
@@ -237,10 +237,16 @@ def test_the_step_goes_on_when_some_runs_fail(run_dir):
     assert [(m["program/failed_crash"], m["failed"], m["trajectories"]) for m in steps] == [(4, 4, 8), (4, 4, 8)]
 
 
-def test_a_missing_program_is_a_config_error(run_dir):
-    with pytest.raises(ConfigError, match="neither on PATH nor a file"):
-        build_parts(load_config(str(SOLVER_CHECKER / "config.yaml"),
-                                 [*tiny_run(), f"run.dir={run_dir}", "system.command=./no/such/program"]))  # fmt: skip
+@pytest.mark.parametrize("command, missing", [("./no/such/program", "no/such/program"),
+                                              ("python -u no_such_debate.py", "no_such_debate.py")])
+def test_a_missing_program_is_one_line_naming_its_path(command, missing, run_dir, capsys):
+    assert main(["train", str(SOLVER_CHECKER / "config.yaml"), *tiny_run(), f"run.dir={run_dir}",
+                 f"system.command={command}"]) == 2  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"masrl: config error: system.command: no program {Path.cwd() / missing}"
+                     + (" (nor './no/such/program' on PATH)" if command.startswith("./") else
+                        " (relative paths are from system.cwd)")]  # fmt: skip
+    assert not run_dir.exists()  # a run that never started leaves nothing behind
 
 
 def test_python_as_the_program_is_the_interpreter_masrl_runs_on(run_dir, monkeypatch):
