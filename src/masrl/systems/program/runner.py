@@ -123,15 +123,17 @@ async def run_program(
         except (BrokenPipeError, ConnectionResetError):  # it exited without reading its task: its exit code says why
             pass
 
+    io = asyncio.gather(feed(), read_stdout(), read_stderr(), proc.wait())
     try:
-        await asyncio.wait_for(asyncio.gather(feed(), read_stdout(), read_stderr(), proc.wait()), timeout)
+        await asyncio.wait_for(io, timeout)
     except asyncio.TimeoutError:
         _kill(proc)
         await proc.wait()
         seconds = time.perf_counter() - started
         return Outcome(None, None, f"timeout: still running after {timeout:g} s (killed)", seconds)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # the rollout stops (another run's error, Ctrl-C): kill it, reap it, then go
         _kill(proc)
+        await asyncio.gather(io, proc.wait(), return_exceptions=True)
         raise
     return await _ended(proc, bytes(out), bytes(err), flooded, max_output_bytes, time.perf_counter() - started)
 

@@ -133,7 +133,7 @@ class ProgramSystem:
                     parent: str | None, depth: int, carried: Run | None) -> None:  # fmt: skip
         step = self.step(carried.calls[depth]) if carried else ROOT
         width = rule.width(depth, step)
-        fresh = await asyncio.gather(*(self.run(agents, item, prefix) for _ in range(width - (carried is not None))))
+        fresh = await together(self.run(agents, item, prefix) for _ in range(width - (carried is not None)))
         runs = ([carried] if carried else []) + list(fresh)
         nodes: list[tuple[Call, Run | None]] = []
         for i, run in enumerate(runs):
@@ -145,10 +145,10 @@ class ProgramSystem:
         for i, (call, run) in enumerate(nodes):  # a candidate that does not continue is a leaf, as in any tree;
             if run is not None and i not in kept and run.fault:  # its run's later fault is still counted
                 out.append(failed_call(f"{call.id}.0", call.id, depth + 1, run.fault))
-        await asyncio.gather(*(
+        await together(
             self._grow(agents, item, rule, out, run.calls[: depth + 1], call.id, depth + 1, run)
             for i, (call, run) in enumerate(nodes) if run is not None and i in kept
-        ))  # fmt: skip
+        )  # fmt: skip
 
     def step(self, rec: Recorded) -> Step:
         return Step(rec.agent, rec.agent, 0, rec.messages, branch=rec.agent in self.config.trained)
@@ -196,6 +196,19 @@ class ProgramSystem:
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
         """Failed runs per reason (`program/failed_<reason>`) and in all; depends on the episodes alone."""
         return fault_metrics(episodes)
+
+
+async def together(coroutines) -> list:
+    """Their results, run at once; when one raises (a program's `rewards` stop the run) the others are
+    cancelled, their programs killed, and awaited before the error goes on: no run outlives the episode."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def answer(episode: Episode) -> str:
