@@ -35,6 +35,7 @@ from smoke import tiny_run
 ROOT = Path(__file__).resolve().parents[3]
 SOLVER_CHECKER = ROOT / "examples" / "program-solver-checker"
 LANGGRAPH = ROOT / "examples" / "program-langgraph"
+DEBATE = ROOT / "examples" / "program-debate"
 PROGRAMS = ROOT / "tests" / "support" / "programs"
 PY = sys.executable
 
@@ -111,6 +112,22 @@ def test_the_langgraph_example_trains_two_steps(run_dir):
     assert {c["agent"] for c in calls} >= {"planner", "solver", "reviewer"}
     assert {c["policy"] for c in calls if c["agent"] == "reviewer"} == {None}  # frozen: recorded, not trained
     assert {c["policy"] for c in calls if c["agent"] != "reviewer"} == {"planner", "solver"}
+
+
+def test_the_debate_example_trains_one_lora_per_role(run_dir):
+    args = overrides(run_dir, DEBATE / "debate.py", "eval.before=false")
+    assert main(["train", str(DEBATE / "config.yaml"), *args]) == 0
+    steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
+    assert [(m["program/runs"], m["failed"], m["calls"]) for m in steps] == [(8, 0, 40), (8, 0, 40)]
+    record = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
+    calls = record["calls"]  # 4 runs, each debater_a, debater_b, debater_a, debater_b, judge
+    assert sorted(c["agent"] for c in calls) == ["debater_a"] * 8 + ["debater_b"] * 8 + ["judge"] * 4
+    assert [c["agent"] for c in calls if c["turn"] == 4] == ["judge"] * 4
+    assert all(c["policy"] == c["agent"] for c in calls)  # each role its own adapter
+    assert all("local" in c["rewards"] for c in calls)  # the per-role rewards of its last line reach every call
+    saved = sorted((run_dir / "checkpoints").iterdir())[-1] / "policy"
+    assert sorted(p.name for p in saved.iterdir()) == ["debater_a.safetensors", "debater_b.safetensors",
+                                                       "judge.safetensors"]  # fmt: skip
 
 
 # ---------------------------------------------------------------- token ids and log-probs
