@@ -74,7 +74,8 @@ def test_a_run_alone_is_set_against_itself_untrained(tmp_path, capsys):
     before, after = [0, 0, 1, 0, 0, 0, 1, 0], [1, 0, 1, 1, 0, 0, 1, 1]
     run = tmp_path / "run"
     for step, correct in ((0, before), (4, after)):
-        RunDir(run).write_eval(step, SystemEval({}, "", per_item=[ItemScores("policy", IDS, {"accuracy": tuple(correct)})]))
+        scores = ItemScores("policy", IDS, {"accuracy": tuple(correct)})
+        RunDir(run).write_eval(step, SystemEval({}, "", per_item=[scores]))
     assert main(["compare", str(run)]) == 0
     out = capsys.readouterr().out
     assert "minus it" not in out and f"| policy | {bootstrap_mean(after).format()} |" in out

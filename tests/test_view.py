@@ -243,7 +243,8 @@ def test_a_system_evaluated_alone_is_set_against_itself_untrained_on_the_page(tm
     ids = tuple(f"q{i}" for i in range(6))
     before, after = [0, 0, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1]
     for step, correct in ((0, before), (3, after)):
-        RunDir(tmp_path).write_eval(step, SystemEval({}, "", per_item=[ItemScores("policy", ids, {"accuracy": tuple(correct)})]))
+        scores = ItemScores("policy", ids, {"accuracy": tuple(correct)})
+        RunDir(tmp_path).write_eval(step, SystemEval({}, "", per_item=[scores]))
     untrained, trained = eval_tables("run", [tmp_path])
     assert untrained.columns == ("method", "accuracy [95% CI]")  # nothing to set it against: no empty column
     assert trained.columns[-1] == "policy minus untrained (step 0), accuracy [95% CI]"

@@ -247,7 +247,6 @@ def before_after(before: Sequence[ItemScores], after: Sequence[ItemScores], step
     return BeforeAfter(a.method, metric, steps, bootstrap_mean(y), bootstrap_mean(x), paired_difference(x, y))
 
 
-
 def since_untrained(run: Path, metric: str = "accuracy") -> BeforeAfter | None:
     """A run directory's final evaluation against its evaluation before training (None without both)."""
     r = RunDir(run)

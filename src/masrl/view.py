@@ -171,7 +171,8 @@ def eval_tables(name: str, paths: Sequence[Path]) -> list[Table]:
             before = next((m for m in pool_methods(untrained) if m.method == first.method), None)
         cols = ["method", *[f"{'cost $/item' if k == 'cost' else k} [95% CI]" for k in metrics]]
         if len(methods) > 1 or before is not None:
-            cols += [f"{first.method} minus {'untrained (step 0)' if before else 'it'}, {k} [95% CI]" for k in metrics[:1]]
+            against = "untrained (step 0)" if before else "it"
+            cols += [f"{first.method} minus {against}, {k} [95% CI]" for k in metrics[:1]]
         rows = []
         for m in methods:
             cells = [m.method, *[interval(m, k).format(6 if k == "cost" else 3) for k in metrics]]
