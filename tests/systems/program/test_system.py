@@ -8,6 +8,7 @@ role or per call on its last line move the advantages of exactly the calls they 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -115,8 +116,6 @@ def test_rewards_for_an_unknown_role_or_not_a_number_stop_the_run_with_one_line(
 def test_rewards_by_role_reach_every_call_of_it(run_dir):
     assert main(["train", str(SOLVER_CHECKER), *tiny_run(eval_size=1), f"run.dir={run_dir}", "trainer.steps=1",
                  f"system.command={sys.executable} {JUDGED} roles", TRAINED, "eval.before=false"]) == 0  # fmt: skip
-    import json
-
     record = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
     local = {c["agent"]: c["rewards"].get("local") for c in record["calls"]}
     assert local == {"solver": 0.0, "judge": 1.0}
