@@ -34,7 +34,8 @@ def build_parser(own: Collection[str]) -> argparse.ArgumentParser:
 
 def _training_commands(sub) -> None:
     """`train` and `eval`."""
-    t = sub.add_parser("train", help="train with a config (default: the packaged critique-and-routing controller demo)")
+    t = sub.add_parser("train", help="train with a config (default: the packaged solver-and-checker team, "
+                       "src/masrl/configs/default.yaml)")
     t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
@@ -51,7 +52,8 @@ def _result_commands(sub) -> None:
     """`compare`, `baseline`, `view`, `report`: reading (and for `baseline`, matching) finished runs."""
     c = sub.add_parser("compare", help="results with 95%% intervals; paired differences on the same items")
     c.add_argument("runs", nargs="+", metavar="RUN",
-                   help="one run (its methods against each other) or two (A - B); a prefix of seed runs pools them")
+                   help="one run (its methods against each other, and trained against untrained when it was "
+                        "evaluated before step 1) or two (A - B); a prefix of seed runs pools them")
     c.add_argument("--metric", default="accuracy", help="a per-item metric of the evaluation (default: accuracy)")
     c.add_argument("--method", help="with two runs: the method to compare (default: each run's first)")
     c.add_argument("--step", type=int, action="append", default=[], metavar="N",
