@@ -272,3 +272,15 @@ def test_a_hook_past_its_limit_is_stopped_where_it_hangs_and_dropped(monkeypatch
 
 def test_a_hook_that_returns_in_time_is_not_stopped():
     assert [ep.dropped for ep in run(faulty(), SystemErrors("mysys", "stop", timeout_s=5.0))] == [None] * 4
+
+
+class ReturnsNothing(Faulty):
+    def advance(self, state, step, reply):
+        return None
+
+
+def test_an_advance_that_returns_no_transition_fails_as_a_raise_does():
+    with pytest.raises(SystemCodeError) as raised:
+        run(ReturnsNothing(FaultyConfig(kind="faulty_system:SYSTEM")), SystemErrors("mysys"))
+    assert re.fullmatch(r"system 'mysys' returned a bad value from advance \(test_tree_system_errors\.py:\d+\): "
+                        r"NoneType instead of a Transition", str(raised.value)), str(raised.value)  # fmt: skip
