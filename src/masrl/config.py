@@ -159,6 +159,12 @@ class RolloutConfig(Section):
         0.5, ge=0.0, le=1.0, description="on_system_error=drop: a rollout (a training step, an evaluation) that drops "
         "more than this share of its episodes stops the run as on_system_error=stop does"
     )
+    hook_timeout_s: float | None = Field(
+        300.0, gt=0.0, description="the longest one call of the system's own code (start, next_step, advance, "
+        "observe, eval_metrics) may run: one still running then is stopped where it is and handled as one that "
+        "raised (on_system_error; the line names the file and line it hung at). Enforced on the main thread "
+        "(SIGALRM), so not for rollout.env_threads > 0 or rollout.max_staleness > 0; null: no limit"
+    )
 
 
 class RewardConfig(Section):
@@ -265,6 +271,12 @@ class TrainerConfig(Section):
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     micro_batch: int = Field(8, ge=1, description="sequences per forward/backward")
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping: the global norm of each policy's gradient")
+    nonfinite: Literal["skip", "stop"] = Field(
+        "skip", description="an update whose gradient is not finite (a NaN or inf in a loss or a gradient): skip: "
+        "that optimiser step is not taken and is counted (metrics: <policy>/skipped_updates, present when not 0); "
+        "stop: the run stops with one line (exit code 1). Weights that an update leaves non-finite stop the run "
+        "either way, so no checkpoint holds a NaN"
+    )
     checkpoint_every: int = Field(10, ge=1, description="write a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept, the newest")
     log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl (the batch's first N)")

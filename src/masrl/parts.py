@@ -172,6 +172,7 @@ def update_settings(config: Config) -> UpdateSettings:
         behavior_cap=a.behavior_cap,
         share_prompts=t.share_prompts,
         micro_batch_tokens=t.micro_batch_tokens,
+        nonfinite=t.nonfinite,
     )
 
 
@@ -203,7 +204,8 @@ def build_parts(config: Config, model: Any = None) -> Parts:
 def system_errors(config: Config) -> SystemErrors:
     """What a rollout does when the system's own code raises, and where its tracebacks go."""
     r = config.rollout
-    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log")
+    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log",
+                        r.hook_timeout_s)  # fmt: skip
 
 
 def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
@@ -286,7 +288,7 @@ def build_learners(
     c = config.critic
     critic = ValueLearner(
         models[CRITIC], CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
-        max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
+        max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay, nonfinite=t.nonfinite,
     )  # fmt: skip
     learners[CRITIC] = critic
     return learners, critic
