@@ -147,7 +147,8 @@ class Gateway:
     def coming(self) -> bool:
         """Whether a call is likely to arrive soon: some episode's program runs with no call in flight
         (masrl.generation.service.Upstream)."""
-        return any(s.generating == 0 for s in self.sessions.values())
+        # A copy: a rollout sampled ahead (masrl.rollout.ahead) opens sessions on another thread's loop.
+        return any(s.generating == 0 for s in tuple(self.sessions.values()))
 
     def close(self, session: Session) -> None:
         self.sessions.pop(session.id, None)
