@@ -16,6 +16,8 @@ Method
   batched together.
 - A served request: one greedy run of the program alone (`Parallel(1)`, the evaluation agents),
   its wall seconds and calls.
+- `--client urllib`: the program sends the same requests with the standard library, without the
+  seconds of CPU a process spends importing `openai`: what is left is batching and HTTP.
 
     python bench/program_vs_team.py               # SmolLM2, 4 tasks x 4 runs, 32 new tokens
     python bench/program_vs_team.py --model tiny  # seconds-long check of the script
@@ -51,6 +53,7 @@ def config(args) -> dict:
         "task": {"kind": "math", "dataset": "basic_arithmetic", "difficulty": "easy"},
         "system": {"kind": "program", "command": [sys.executable, str(PROGRAM)],
                    "trained": dict.fromkeys(ROLES, "shared"), "timeout": 1800,  # a loaded machine: no run cut off
+                   "env": {"DEBATE_CLIENT": args.client},
                    **({"concurrency": args.concurrency} if args.concurrency else {})},
         "sampler": {"rule": "parallel", "group_size": args.group},
         "rollout": {"max_new_tokens": args.max_new_tokens, "temperature": 0.7},
@@ -65,6 +68,8 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4, help="questions per rollout (trainer.batch_size)")
     ap.add_argument("--group", type=int, default=4, help="runs per question (sampler.group_size)")
     ap.add_argument("--concurrency", type=int, default=0, help="system.concurrency (0: the config's default)")
+    ap.add_argument("--client", choices=("openai", "urllib"), default="openai",
+                    help="the program's HTTP client: urllib leaves out the seconds of CPU that importing openai takes")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
@@ -111,7 +116,7 @@ def main() -> None:
     print(f"program / team: {per_call:.2f}x per call, {per_token:.2f}x per token; "
           f"a served request: {served['seconds']:.2f} s for {served['calls']} calls")  # fmt: skip
     emit_json("program_vs_team", {
-        "model": args.model, "tasks": args.tasks, "group": args.group, "threads": args.threads,
+        "model": args.model, "tasks": args.tasks, "group": args.group, "threads": args.threads, "client": args.client,
         "per_call_ratio": per_call, "per_token_ratio": per_token, "paths": out, "served": served,
         "disturbed_by": busy,
     })  # fmt: skip
