@@ -397,3 +397,37 @@ def test_a_run_past_its_call_budget_fails(tiny_engine):
     assert [(c.agent, c.error) for c in episode.calls] == [
         ("solver", None), ("program", "too_many_calls: more than 1 model calls")]
     assert episode.failed_ids() == {"0", "0.0"}
+
+
+# ---------------------------------------------------------------- evaluation: concurrent runs, batched calls
+def test_evaluation_runs_programs_concurrently_and_their_calls_are_one_batch(tmp_path, monkeypatch):
+    """Four runs of barrier.py, which call only once all four are running (one at a time they never
+    would: each would fail "the other runs never came"), two asking `solver` and two `checker`: the
+    engine sees one batch of all four, and each greedy reply is what its call gets alone."""
+    from masrl.evaluate import evaluate
+    from masrl.generation.service import GenerationService
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    engine = build_parts(config(tmp_path / "run", PROGRAMS / "barrier.py",
+                                f"system.env={{BARRIER_DIR: '{barrier}', BARRIER_N: '4'}}"))  # fmt: skip
+    service = engine.eval_agents["solver"].service
+    seen = []
+
+    def recording(generate):
+        def generate_and_record(prompts, params, policy):
+            seen.append([list(p) for p in prompts])
+            return generate(prompts, params, policy)
+
+        return generate_and_record
+
+    monkeypatch.setattr(service, "_generate", recording(service._generate))
+    monkeypatch.setattr(GenerationService, "hold", lambda self: 60.0)  # only `coming` ends the wait here
+    result = evaluate(engine, engine.task.items("eval", 0, 4))
+
+    calls = [c for ep in result.episodes for c in ep.calls]
+    assert result.failed == 0 and all(c.reply is not None for c in calls)
+    assert sorted(c.agent for c in calls) == ["checker", "checker", "solver", "solver"]
+    assert len(seen) == 1 and sorted(seen[0]) == sorted(list(c.reply.prompt_ids) for c in calls)
+    alone = [asyncio.run(engine.eval_agents[c.agent](c.messages)).response_ids for c in calls]
+    assert [c.reply.response_ids for c in calls] == alone

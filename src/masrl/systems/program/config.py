@@ -25,7 +25,11 @@ class ProgramConfig(SystemSection):
     )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables of the program")
     timeout: float = Field(120.0, gt=0, description="seconds an episode may run before it is killed (failed)")
-    concurrency: int = Field(8, ge=1, description="how many programs run at once")
+    concurrency: int = Field(
+        32, ge=1, description="how many programs run at once; their calls share generation batches, so fewer runs "
+        "at once than a step has (trainer.batch_size x the group size) or an evaluation batch means smaller batches; "
+        "each is a process (about 60 MB with the openai client)",
+    )
     max_output_bytes: int = Field(1 << 20, ge=1024, description="stdout beyond this kills the program (failed)")
     max_calls: int = Field(64, ge=1, description="model calls an episode may make; the next one fails it")
     correct_weight: float = Field(1.0, description="weight of the checker's score of the answer in the final reward")
