@@ -1,62 +1,14 @@
-"""The budget-controllable controller: protocol, prices, rewards at the budget boundary, episodes, per-mode eval."""
+"""The budget-controllable controller's state machine: its protocol parser, mode draw, episodes and their rewards, option numbering."""
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-
 import pytest
+from budget_doubles import EXPERTS, MODES, PRICES, ExactTask, Scripted, run, system
 
 from masrl.algos.gae import token_gae, trajectories
-from masrl.systems.budget.evaluation import baselines_table, evaluate_baselines, modes_table, subsets_table, summarise_mode
-from masrl.systems.budget.experts import CORL_EXPERTS, PAPER_PRICES, priced_pool
-from masrl.rollout.tree import Parallel, expand
-from masrl.systems.budget.rewards import RewardSettings, budget_reward, call_cost, path_cost
-from masrl.systems.budget.system import PAPER_BUDGETS, BudgetMode, BudgetSystem, draw_mode, option_order, parse_action
+from masrl.systems.budget.rewards import path_cost
+from masrl.systems.budget.system import BudgetMode, draw_mode, option_order, parse_action
 from masrl.types import Message, Price, Reply, TaskItem
-
-EXPERTS = ("cheap", "pricey")
-PRICES = {"cheap": Price(0.01, 0.03), "pricey": Price(0.1, 0.3)}
-MODES = tuple(BudgetMode(k, v) for k, v in PAPER_BUDGETS.items())
-
-
-# ---------------------------------------------------------------- test doubles
-@dataclass(frozen=True)
-class ExactTask:
-    """A task whose answer is right when it equals the gold string."""
-
-    name: str = "exact"
-
-    def score(self, item, answer):
-        return float(answer.strip() == item.answer)
-
-    def extract_answer(self, text):
-        return None
-
-    def items(self, split, start, count):
-        return [TaskItem(f"{split}-{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(start, start + count)]
-
-
-class Scripted:
-    """An agent that replies with the next of its texts, reporting the given token counts."""
-
-    def __init__(self, name, texts, tokens_in, tokens_out):
-        self.name, self.texts, self.tokens_in, self.tokens_out = name, list(texts), tokens_in, tokens_out
-        self.seen: list[tuple[Message, ...]] = []
-
-    async def __call__(self, messages):
-        self.seen.append(tuple(messages))
-        text = self.texts[min(len(self.seen) - 1, len(self.texts) - 1)]
-        return Reply(text, self.tokens_in, self.tokens_out, 0.0)
-
-
-def system(**kw) -> BudgetSystem:
-    args = dict(task_family=ExactTask(), experts=EXPERTS, prices=PRICES, modes=MODES, mode_probs=(1.0, 1.0, 1.0))
-    return BudgetSystem(**{**args, **kw})
-
-
-def run(sys_, agents, item):
-    return asyncio.run(expand(sys_, agents, item, Parallel(1)))
 
 
 # ---------------------------------------------------------------- protocol
@@ -99,39 +51,6 @@ def test_a_call_in_the_last_round_is_a_format_failure():
 def test_parser_never_raises_on_garbage():
     for text in ["", "<", "</call>", "<call></call>", "<call>:</call>", "<answer><call>x</call></answer>", "\x00" * 9]:
         assert parse_action(text, EXPERTS, can_call=True).kind in ("answer", "call", "format_error")
-
-
-# ---------------------------------------------------------------- prices and rewards
-def test_call_cost_from_the_price_table():
-    # cheap: 100 in * 0.01/1k + 50 out * 0.03/1k = 0.001 + 0.0015
-    assert call_cost(PRICES, "cheap", 100, 50) == pytest.approx(0.0025)
-    assert call_cost(PRICES, "controller", 1000, 1000) == 0.0  # unpriced: free
-
-
-def test_paper_budgets_and_prices():
-    assert PAPER_BUDGETS == {"low": 0.001, "medium": 0.006, "high": 1000.0}
-    # o3 billed 1,350 hidden + 50 visible output tokens and 80 input: 0.16e-3 + 11.2e-3 dollars
-    assert PAPER_PRICES["o3"].cost(80, 1400) == pytest.approx(0.01136)
-    assert [name for name, *_ in CORL_EXPERTS] == ["sim-nano", "sim-mid", "sim-strong"]
-
-
-@pytest.mark.parametrize("mode, budget", sorted(PAPER_BUDGETS.items()))
-def test_hard_reward_at_the_budget_boundary(mode, budget):
-    s = RewardSettings("hard")
-    assert budget_reward(True, budget, budget, True, s)["reward"] == 1.0  # cost == B is within budget
-    assert budget_reward(True, budget * (1 + 1e-9), budget, True, s)["reward"] == 0.0
-    assert budget_reward(False, 0.0, budget, True, s)["reward"] == 0.0
-    over = budget_reward(True, budget * 2, budget, True, s)
-    assert over["within_budget"] == 0.0 and over["correct"] == 1.0 and over["hard"] == 0.0
-
-
-def test_soft_reward_subtracts_spend_in_budgets_and_both_are_reported():
-    terms = budget_reward(True, 0.003, 0.006, True, RewardSettings("soft", soft_penalty=0.5))
-    assert terms["soft"] == pytest.approx(1.0 - 0.5 * 0.5)
-    assert terms["hard"] == 1.0 and terms["reward"] == pytest.approx(0.75)
-    # format weight only for well-formed actions
-    assert budget_reward(False, 0.0, 1.0, False, RewardSettings("hard", format_weight=0.1))["reward"] == 0.0
-    assert budget_reward(False, 0.0, 1.0, True, RewardSettings("hard", format_weight=0.1))["reward"] == 0.1
 
 
 def test_mode_draw_is_reproducible_and_follows_the_weights():
@@ -246,51 +165,6 @@ class TrainableScripted(Scripted):
         r = await super().__call__(messages)
         n = self.lengths[len(self.seen) - 1]
         return Reply(r.text, 7, n, 0.0, prompt_ids=(1,) * 7, response_ids=tuple(range(n)), policy="controller")
-
-
-# ---------------------------------------------------------------- the priced simulated pool
-def test_priced_pool_bills_hidden_tokens_at_paper_prices():
-    item = TaskItem("i1", "What is 12 + 30?", "42", {"num_terms": 2, "num_digits": 2, "expression": "12 + 30"})
-    pool = priced_pool(seed=0, task=[item])
-    assert list(pool) == ["sim-nano", "sim-mid", "sim-strong"]
-    msgs = (Message("system", "solve"), Message("user", "What is 12 + 30?"))
-    for name, _, model, hidden in CORL_EXPERTS:
-        reply = asyncio.run(pool[name](msgs))
-        visible = pool[name].agent.reply_for(item, msgs, attempt=0).tokens_out
-        assert reply.tokens_out == visible + hidden
-        assert reply.cost == pytest.approx(PAPER_PRICES[model].cost(reply.tokens_in, reply.tokens_out))
-    costs = {n: asyncio.run(pool[n](msgs)).cost for n in pool}
-    # the paper's budgets separate the experts: low affords nano only, medium also mid, high all
-    assert costs["sim-nano"] < 0.001 < costs["sim-mid"] < 0.006 < costs["sim-strong"]
-
-
-# ---------------------------------------------------------------- per-mode evaluation
-def test_summarise_mode_against_hand_counts():
-    levels = ["easy", "hard", "hard", "easy"]
-    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i), {"level": levels[i]}) for i in range(4)]
-    scripts = [
-        ["<answer>0</answer>"],  # alone, right
-        ["<call>cheap</call>", "<answer>2</answer>"],  # cheap, right
-        ["<call>pricey</call>", "<answer>5</answer>"],  # pricey, wrong
-        ["no idea"],  # format failure
-    ]
-    episodes = []
-    for item, script in zip(items, scripts):
-        agents = {"controller": Scripted("controller", script, 10, 5),
-                  "cheap": Scripted("cheap", ["x"], 100, 50), "pricey": Scripted("pricey", ["y"], 200, 100)}
-        episodes.append(run(system(fixed_mode="medium"), agents, item))
-    r = summarise_mode("medium", 0.006, episodes, EXPERTS)
-    assert r.accuracy == 0.5 and r.answered_alone == 0.25 and r.format_errors == 0.25
-    assert r.call_ratio == {"cheap": 0.25, "pricey": 0.25} and r.calls_per_query == {"cheap": 0.25, "pricey": 0.25}
-    assert r.total_cost == pytest.approx(0.0025 + 0.05) and r.mean_cost == pytest.approx(0.0525 / 4)
-    assert r.over_budget == 0.25  # only the pricey call (0.05 > 0.006)
-    assert r.hard_reward == 0.5  # the two right answers are within budget
-    table = modes_table([r], EXPERTS)
-    assert "| medium | 0.006 | 0.500 |" in table and "calls pricey" in table
-    # per level: easy = alone right + format failure (no cost); hard = cheap right + pricey wrong
-    assert r.by_subset["easy"] == {"items": 2.0, "accuracy": 0.5, "mean_cost": 0.0, "total_cost": 0.0}
-    assert r.by_subset["hard"]["accuracy"] == 0.5 and r.by_subset["hard"]["mean_cost"] == pytest.approx(0.0525 / 2)
-    assert "| medium | 0.500 | 0.500 | 0.00000 | 0.02625 |" in subsets_table([r])
 
 
 def test_the_answer_body_is_read_by_the_task():
@@ -425,32 +299,6 @@ def test_shuffled_options_keep_their_numbers_in_an_order_drawn_per_task():
 def test_none_is_an_unknown_expert_in_the_free_protocol():
     assert parse_action("<call>none</call>", EXPERTS, can_call=True).kind == "format_error"
     assert parse_action("<call>None</call>", EXPERTS, can_call=True, alone="none").kind == "alone"
-
-
-@pytest.mark.parametrize("decide_first, numbered", [(False, False), (True, False), (True, True)])
-def test_reference_rows_send_every_query_to_one_expert(decide_first, numbered):
-    items = [TaskItem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(3)]
-    answers = {"cheap": "It is <answer>{}</answer>.", "pricey": "Surely <answer>{}</answer>."}
-
-    class Expert(Scripted):
-        async def __call__(self, messages):  # cheap is always right, pricey always wrong
-            r = await super().__call__(messages)
-            i = int(messages[-1].content.split()[2])
-            return Reply(answers[self.name].format(2 * i + (self.name == "pricey")), r.tokens_in, r.tokens_out, 0.0)
-
-    agents = {"cheap": Expert("cheap", ["-"], 100, 50), "pricey": Expert("pricey", ["-"], 200, 100)}
-    rows = evaluate_baselines(
-        system(decide_first=decide_first, numbered=numbered), agents, items, ["single", "random"], seed=0
-    )
-    by = {r.method: r for r in rows}
-    assert list(by) == ["single:cheap", "single:pricey", "random"]
-    assert by["single:cheap"].accuracy == 1.0 and by["single:cheap"].mean_cost == pytest.approx(0.0025)
-    assert by["single:pricey"].accuracy == 0.0 and by["single:pricey"].total_cost == pytest.approx(0.15)
-    assert by["single:cheap"].over_budget == {"low": 1.0, "medium": 0.0, "high": 0.0}
-    assert by["single:pricey"].over_budget == {"low": 1.0, "medium": 1.0, "high": 0.0}
-    r = by["random"]  # each query went to one of the two: accuracy = share sent to cheap
-    assert r.mean_cost == pytest.approx(r.accuracy * 0.0025 + (1 - r.accuracy) * 0.05)
-    assert "| single:cheap | 1.000 | 0.00250 | 0.0075 | 1.00 | 0.00 | 0.00 |" in baselines_table(rows, ["low", "medium", "high"])
 
 
 def test_an_episode_spending_exactly_its_budget_is_rewarded_and_one_ulp_less_budget_is_not():
