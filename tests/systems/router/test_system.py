@@ -1,10 +1,9 @@
-"""The critique-and-routing controller: parser, rewards, tree credit, dual ascent, capped evaluation."""
+"""The critique-and-routing controller's state machine: the action parser, turns, tree credit on its trees, dual ascent in observe, the prefilled tag."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import replace
 
 import pytest
 import torch
@@ -16,26 +15,12 @@ from masrl.pools.simulated import simulated_pool
 from masrl.rollout.rules import FullTree
 from masrl.rollout.tree import expand
 from masrl.systems.router.action import Action
-from masrl.systems.router.baselines import SingleAgentRouter
-from masrl.systems.router.evaluation import CapLedger, evaluate_controller, evaluate_one_shot, solver_profile
-from masrl.systems.router.rewards import (
-    REWARDS,
-    Multipliers,
-    RewardWeights,
-    controller_reward,
-    default_caps,
-    default_multipliers,
-    dual_ascent,
-    outcome_controller_reward,
-    outcome_routing_reward,
-    routing_reward,
-)
+from masrl.systems.router.rewards import Multipliers, default_caps, default_multipliers
 from masrl.systems.router.system import RouterSystem, parse_action, path_weights, tree_usage
 from masrl.tasks.math import MathTask
 from masrl.types import Call, Episode, Reply, TaskItem
 
 AGENTS = ("weak", "medium", "strong")
-W = RewardWeights()
 
 
 # ---------------------------------------------------------------- parser
@@ -104,85 +89,6 @@ def test_parser_never_raises_on_garbage():
 XI = {"weak": 0.0, "medium": 0.125, "strong": 0.25}
 
 
-def test_turn_one_has_no_verification_reward_and_pays_the_usage_penalty():
-    terms = controller_reward(Action("route", agent="strong"), 1, None, XI, W)
-    assert terms == {"verification": 0.0, "penalty": 0.5, "format_error": 0.0, "reward": -0.25}  # 0.5 * (-2 * 0.25)
-    # the routing half arrives with the draft: 0.5 * R_r
-    assert routing_reward(True, False, W) == {"routing": 1.0, "reward": 0.5}
-    assert routing_reward(False, False, W) == {"routing": 0.0, "reward": 0.0}
-
-
-def test_verification_reward_matches_the_drafts_truth():
-    right = controller_reward(Action("stop", verdict=True), 2, True, XI, W)
-    wrong = controller_reward(Action("stop", verdict=True), 2, False, XI, W)
-    assert (right["verification"], right["reward"]) == (1.0, 0.5)
-    assert (wrong["verification"], wrong["reward"]) == (0.0, 0.0)
-    # a correct False that re-routes to medium: R_v = 1, penalty 2 * 0.125
-    reroute = controller_reward(Action("route", verdict=False, agent="medium"), 2, False, XI, W)
-    assert reroute["reward"] == pytest.approx(0.5 * 1.0 - 0.5 * 0.25)
-
-
-def test_last_turn_and_no_agent_have_no_routing_term():
-    # at turn T the action is "stop": no agent, so no penalty and no routing reward follows
-    terms = controller_reward(Action("stop", verdict=False), 3, False, XI, W)
-    assert terms == {"verification": 1.0, "penalty": 0.0, "format_error": 0.0, "reward": 0.5}
-
-
-def test_format_error_earns_nothing():
-    terms = controller_reward(Action("format_error", verdict=False), 2, False, XI, W)
-    assert terms == {"verification": 0.0, "penalty": 0.0, "format_error": 1.0, "reward": 0.0}
-
-
-def test_outcome_reward_pays_the_final_draft_once_with_the_papers_verification_and_penalty():
-    route = outcome_controller_reward(Action("route", verdict=False, agent="strong"), 2, False, XI, W)
-    assert route == controller_reward(Action("route", verdict=False, agent="strong"), 2, False, XI, W)
-    assert route["reward"] == pytest.approx(0.5 * 1.0 - 0.5 * 2 * 0.25)  # R_v 1, no R_r for the route
-    # a stop earns R_v and the final draft's truth
-    assert outcome_controller_reward(Action("stop", verdict=True), 2, True, XI, W)["reward"] == 1.0
-    assert outcome_controller_reward(Action("stop", verdict=False), 3, True, XI, W)["reward"] == 0.5
-    assert outcome_controller_reward(Action("stop", verdict=False), 3, False, XI, W)["reward"] == 0.5
-    assert outcome_controller_reward(Action("stop", verdict=True), 3, False, XI, W)["reward"] == 0.0
-    # a format failure ends the episode with the last draft (none at turn 1), no R_v
-    assert outcome_controller_reward(Action("format_error"), 2, True, XI, W)["reward"] == 0.5
-    assert outcome_controller_reward(Action("format_error"), 1, None, XI, W)["reward"] == 0.0
-    # a draft earns only when no controller turn follows it (T = 1)
-    assert outcome_routing_reward(True, False, W)["reward"] == 0.0 and outcome_routing_reward(True, True, W)["reward"] == 0.5
-    assert set(REWARDS) == {"paper", "outcome"}
-
-
-def _verdict_tree(reward: str):
-    """One item, a weak and a medium agent that are always right, a controller that routes to weak
-    and then alternates True / False at every node (so each node's two siblings differ)."""
-    item = TaskItem("t/1", "Calculate 2 + 3.", "5")
-    right = FunctionAgent("right", lambda m: "2 + 3 = 5 <answer>5</answer>")
-    said = []
-
-    def controller(messages):
-        if messages[-1].content == "<model>":
-            return "weak</model>"
-        said.append("True" if len(said) % 2 == 0 else "False")
-        return said[-1] + "</verdict>"
-
-    system = RouterSystem(MathTask("basic_arithmetic", seed=0), AGENTS, Multipliers(dict(XI), default_caps(AGENTS)),
-                          max_turns=3, reward=reward)
-    agents = {"controller": FunctionAgent("controller", controller), "weak": right, "medium": right, "strong": right}
-    ep = asyncio.run(expand(system, agents, item, FullTree(2)))
-    q = tree_q(ep, gamma=1.0)
-    turn2 = [c for c in ep.calls if c.role == "controller" and c.turn == 2]
-    return {c.action.kind if c.action.kind == "stop" else "reject": q[c.id] for c in turn2}
-
-
-def test_paper_reward_pays_more_for_rejecting_a_right_draft_and_outcome_does_not():
-    """Why `system.reward: outcome` exists (rewards.py): on a right draft, under the paper's reward
-    False + escalation earns a second R_r and R_v, more than the True that ends the episode."""
-    paper = _verdict_tree("paper")
-    # True: R_v = 1 -> 0.5. False: 0.5 (R_r 1 - 2 * 0.125) + mean(turn-3 True 0.5, False 0) = 0.375 + 0.25
-    assert paper == {"stop": pytest.approx(0.5), "reject": pytest.approx(0.625)}
-    outcome = _verdict_tree("outcome")
-    # True: R_v + the final draft's truth -> 1.0. False: -0.125 + mean(turn-3 True 1.0, False 0.5)
-    assert outcome == {"stop": pytest.approx(1.0), "reject": pytest.approx(0.625)}
-
-
 def test_without_final_verification_the_draft_before_turn_t_ends_the_episode():
     task_items = items(1)
     task = MathTask("basic_arithmetic", seed=0, difficulty="easy")
@@ -203,33 +109,6 @@ def test_without_final_verification_the_draft_before_turn_t_ends_the_episode():
     agents["controller"] = scripted_controller("strong</model>", "True</verdict>")
     ep = asyncio.run(expand(system, agents, task_items[0], FullTree(2)))
     assert [(c.role, c.turn) for c in ep.calls if c.done] == [("controller", 2)] * 4
-
-
-def test_weights_are_configurable():
-    terms = controller_reward(Action("stop", verdict=True), 2, True, XI, RewardWeights(routing=0.3, verification=0.7))
-    assert terms["reward"] == pytest.approx(0.7)
-
-
-# ---------------------------------------------------------------- dual ascent, defaults
-def test_dual_ascent_raises_xi_of_overused_agents_and_lowers_it_to_zero_for_others():
-    xi = {"weak": 0.0, "medium": 0.1, "strong": 0.2}
-    rho = {"weak": 1.0, "medium": 0.5, "strong": 0.25}
-    usage = {"weak": 0.2, "medium": 0.2, "strong": 0.6}
-    new = dual_ascent(xi, usage, rho, lr=0.5)
-    assert new["strong"] == pytest.approx(0.2 + 0.5 * 0.35)  # over its cap: dearer
-    assert new["medium"] == pytest.approx(0.0)  # 0.1 - 0.15 projected to 0
-    assert new["weak"] == 0.0
-
-
-def test_paper_defaults_for_three_agents():
-    assert default_caps(AGENTS) == {"weak": 1.0, "medium": 0.5, "strong": 0.25}
-    assert default_multipliers(AGENTS) == {"weak": 0.0, "medium": 0.125, "strong": 0.25}
-    # Two agents: the weaker is never capped or priced, so the caps can hold together.
-    assert default_caps(("small", "big")) == {"small": 1.0, "big": 0.25}
-    assert default_multipliers(("small", "big")) == {"small": 0.0, "big": 0.25}
-    assert default_caps(("only",)) == {"only": 1.0} and default_multipliers(("only",)) == {"only": 0.0}
-    four = ("a", "b", "c", "d")
-    assert default_caps(four) == {"a": 1.0, "b": 1.0, "c": 0.5, "d": 0.25}
 
 
 # ---------------------------------------------------------------- tree credit
@@ -358,69 +237,6 @@ def test_observe_runs_dual_ascent_only_in_auto_mode():
     assert metrics["usage/strong"] == pytest.approx(1 / 3)
     assert auto.multipliers.xi["strong"] == pytest.approx(0.25 + (1 / 3 - 0.25))
     assert auto.multipliers.xi["medium"] == 0.0  # 0.125 + (0 - 0.5) projected
-
-
-# ---------------------------------------------------------------- usage caps at evaluation
-def test_cap_ledger_redirects_to_the_next_best_available_agent():
-    ledger = CapLedger(AGENTS, {"weak": 1.0, "medium": 0.5, "strong": 0.25}, items=8)
-    got = [ledger.assign("strong") for _ in range(8)]
-    assert got == ["strong", "strong", "medium", "medium", "medium", "medium", "weak", "weak"]
-    assert ledger.calls == {"strong": 2, "medium": 4, "weak": 2} and ledger.redirected == 6
-
-
-def test_cap_ledger_reroutes_stay_above_the_author_or_end():
-    ledger = CapLedger(AGENTS, {"weak": 1.0, "medium": 0.5, "strong": 0.25}, items=2)
-    assert ledger.assign("weak") == "weak" and ledger.assign("weak") == "weak"
-    # 2 calls so far: strong may take 1 when a third call happens (1 <= 0.25 * 3? no) -> medium
-    assert ledger.assign("strong", author="weak") == "medium"
-    assert ledger.assign("strong", author="medium") == "strong"  # 1 <= 0.25 * 4
-    assert ledger.assign("strong", author="medium") is None  # strong capped, nothing above medium
-
-
-def test_one_shot_router_under_caps_on_the_simulated_pool():
-    task = MathTask("basic_arithmetic", seed=0, difficulty="easy")
-    its = task.items("eval", 0, 40)
-    pool = simulated_pool(seed=0, task=its)
-    rho = default_caps(tuple(pool))
-    result = evaluate_one_shot(SingleAgentRouter("sim-strong"), pool, task, its, rho)
-    assert result.usage == {"sim-weak": 0.25, "sim-medium": 0.5, "sim-strong": 0.25}
-    assert result.calls_per_item == 1.0 and result.redirected == 30
-    # the first 10 items go to strong, the next 20 to medium, the last 10 to weak: each answer is that agent's draw
-    expected = [pool["sim-strong"].is_correct(i, 0) for i in its[:10]]
-    expected += [pool["sim-medium"].is_correct(i, 0) for i in its[10:30]]
-    expected += [pool["sim-weak"].is_correct(i, 0) for i in its[30:]]
-    assert result.accuracy == pytest.approx(sum(expected) / 40)
-    profile = solver_profile(pool, task, its)
-    assert profile[its[0].id] == [pool[a].is_correct(its[0], 0) for a in pool]
-
-
-def test_controller_evaluation_respects_caps_and_reports_turns():
-    task = MathTask("basic_arithmetic", seed=0, difficulty="easy")
-    its = task.items("eval", 0, 20)
-    pool = simulated_pool(seed=0, task=its)
-    names = tuple(pool)
-    system = RouterSystem(task, names, Multipliers(default_multipliers(names), default_caps(names)), max_turns=3)
-    # always weak first, always "False" + strong: strong wanted on every item
-    controller = scripted_controller("sim-weak</model>", "False</verdict><model>sim-strong</model>")
-    result = evaluate_controller(system, controller, pool, its, default_caps(names))
-    assert result.usage["sim-strong"] <= 0.25 + 1e-9
-    assert result.calls_per_item == pytest.approx(2.0)  # every item: a weak draft and one re-route
-    assert result.exhausted == 1.0  # every episode reached the verify-only third turn
-    assert len(result.accuracy_by_turn) == 3 and result.accuracy_by_turn[1] == result.accuracy_by_turn[2]
-    # the verification matrix counts every item's turn-2 verdict
-    assert sum(sum(v.values()) for v in result.verification_confusion.values()) == 20
-    # with a max of 1 turn, only the first routing happens
-    one = evaluate_controller(system, controller, pool, its, default_caps(names), max_turns=1)
-    assert one.calls_per_item == 1.0 and one.usage["sim-weak"] == 1.0
-    # without the final verification: the same drafts and answers, one controller call fewer per item
-    calls = []
-    counting = FunctionAgent("controller", lambda m: calls.append(m) or controller.fn(m))
-    short = evaluate_controller(replace(system, final_verification=False), counting, pool, its, default_caps(names))
-    assert [t.answered_by for t in short.traces] == [t.answered_by for t in result.traces]
-    assert short.accuracy == result.accuracy and len(calls) == 2 * len(its) and short.exhausted == 0.0
-    assert result.format_failures == 0.0
-    garbled = evaluate_controller(system, scripted_controller("sim-weak</model>", "Maybe"), pool, its, default_caps(names))
-    assert garbled.format_failures == pytest.approx(0.5)  # every turn-2 reply of 20 routes + 20 verdicts
 
 
 # ---------------------------------------------------------------- parts the router brought into the engine
