@@ -114,15 +114,14 @@ def mirrored_test(relative: str) -> str:
 
 
 def imports_module(test_text: str, module: str) -> bool:
-    """Whether the test's text imports the dotted `module` (`import m`, `from m import x`, `from parent import m`)."""
+    """Whether the test's text imports the dotted `module` itself (`import m`, `from m import x`, `from parent
+    import m`); a package's submodule is not the package (`from masrl.a.b import f` does not test `masrl.a`)."""
     parent, _, name = module.rpartition(".")
     for node in ast.walk(ast.parse(test_text)):
-        if isinstance(node, ast.Import) and any(a.name == module or a.name.startswith(module + ".") for a in node.names):
+        if isinstance(node, ast.Import) and any(a.name == module for a in node.names):
             return True
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
-            if node.module == module or node.module.startswith(module + "."):
-                return True
-            if node.module == parent and any(a.name == name for a in node.names):
+            if node.module == module or (node.module == parent and any(a.name == name for a in node.names)):
                 return True
     return False
 
@@ -220,19 +219,24 @@ def test_the_tree_check_holds_train_to_350_and_leaves_the_sandbox_whole(graph, t
 
 def test_a_module_without_its_mirrored_test_is_named(tmp_path):
     root, tests = tmp_path / "masrl", tmp_path / "tests"
-    for module in ("a/__init__.py", "a/b.py", "a/c.py", "x.py", "y.py", "types.py", "gone_test.py"):
+    for module in ("a/__init__.py", "a/b.py", "a/c.py", "p/__init__.py", "p/q.py", "x.py", "y.py", "types.py",
+                   "gone_test.py"):  # fmt: skip
         (root / module).parent.mkdir(parents=True, exist_ok=True)
         (root / module).write_text("x = 1\n")
     (tests / "a").mkdir(parents=True)
     (tests / "a" / "test_a.py").write_text("from masrl.a import thing\n")  # the package's own test
     (tests / "a" / "test_b.py").write_text("from masrl.a import b\n")
     (tests / "a" / "test_c.py").write_text("from masrl.a.b import f\n")  # tests b, not c
+    (tests / "p").mkdir()
+    (tests / "p" / "test_p.py").write_text("from masrl.p.q import f\n")  # tests q, not the package
+    (tests / "p" / "test_q.py").write_text("from masrl.p.q import f\n")
     (tests / "test_x.py").write_text("import masrl.x\n")
     untested = {"types.py": "data types", "y.py": "made up", "gone.py": "deleted since"}
     (tests / "test_y.py").write_text("from masrl.y import z\n")
     assert untested_modules(root, tests, untested) == [
         "a/c.py: its test tests/a/test_c.py does not import it",
         "gone_test.py: its test tests/test_gone_test.py is missing",
+        "p/__init__.py: its test tests/p/test_p.py does not import it",
         "y.py: has its test tests/test_y.py, so drop it from the untested table",
         "gone.py: in the untested table but no such module",
     ]
