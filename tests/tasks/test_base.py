@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from masrl.tasks import Grade, grade
+from masrl.tasks.base import Grade, grade
 from masrl.tasks.math import MathTask
 from masrl.types import TaskItem
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from masrl.tasks import format_reward, reward_terms
+from masrl.tasks.rewards import format_reward, reward_terms
 from masrl.tasks.math import MathTask
 from masrl.types import TaskItem
 
