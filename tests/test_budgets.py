@@ -249,3 +249,8 @@ def test_src_masrl_keeps_its_budgets(graph):
     found = over_budget(graph.ROOT, graph.has_lazy_reason, base=graph.REPO)
     assert not found, f"{len(found)} items over budget (the budgets: tests/test_budgets.py):\n" + "\n".join(found)
 
+
+
+def test_every_module_has_its_test_at_the_mirrored_path(graph):
+    found = untested_modules(graph.ROOT, graph.REPO / "tests", UNTESTED)
+    assert not found, f"{len(found)} modules without their mirrored test (tests/test_budgets.py):\n" + "\n".join(found)
