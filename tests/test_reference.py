@@ -107,7 +107,7 @@ def test_reward_weights_are_read_by_the_single_system_alone():
     assert users == ["masrl/systems/single.py"]
 
 
-def test_the_dataset_description_names_the_datasets():  # the error lists them all: tests/tasks/test_tasks.py
+def test_the_dataset_description_names_the_datasets():  # the error lists them all: tests/tasks/test_math.py
     description = Config.model_fields["task"].annotation.model_fields["dataset"].description
     names = reasoning_gym_datasets()
     assert all(name in description for name in DIFFICULTY)  # the datasets with levels of their own
