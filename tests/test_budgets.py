@@ -12,8 +12,9 @@
   by `tests/a/test_b.py`, a package's `a/__init__.py` by `tests/a/test_a.py`; the exceptions, modules
   with no behaviour of their own, are the table `UNTESTED` below, each with its reason.
 
-Each check is a pure function over a module's text; `over_budget` runs them all over a tree and the
-last test prints every item over budget in the real tree in one message.
+Each size check is a pure function over a module's text and `over_budget` runs them all over a tree;
+`untested_modules` pairs a tree with its tests. The last two tests print every item over budget, and
+every module without its test, in the real tree in one message each.
 """
 
 from __future__ import annotations
@@ -248,7 +249,6 @@ def test_a_module_without_its_mirrored_test_is_named(tmp_path):
 def test_src_masrl_keeps_its_budgets(graph):
     found = over_budget(graph.ROOT, graph.has_lazy_reason, base=graph.REPO)
     assert not found, f"{len(found)} items over budget (the budgets: tests/test_budgets.py):\n" + "\n".join(found)
-
 
 
 def test_every_module_has_its_test_at_the_mirrored_path(graph):

@@ -22,7 +22,6 @@ def _write(tmp_path, rows, name="data.jsonl"):
     return path
 
 
-
 def test_build_task(tmp_path):
     assert set(BUILTIN) == {"math", "jsonl", "champ", "search", "sudoku", "sokoban", "planpath", "math_turns", "code"}
     task = build_task(TaskConfig(kind="math", dataset="chain_sum", seed=2, difficulty="easy"))
