@@ -23,7 +23,7 @@ def config(*overrides):
 
 def test_grpo_mean_compares_the_candidates_of_a_task():
     scored = score([episode("a", [1.0, 0.0, 0.0]), episode("b", [1.0, 1.0])],
-                   config("algo.advantage=grpo_mean", "algo.skip_zero_advantage=true", "algo.mean_over=trained"))  # fmt: skip
+                   config("algo.advantage=grpo_mean", "algo.skip_zero_advantage=true", "algo.mean_over=trained").algo)  # fmt: skip
     # task a: mean 1/3, so 2/3, -1/3, -1/3; task b: both 1, advantage 0: left out of the batch
     assert [s.advantage for s in scored.samples["red"]] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
     assert scored.advantages[(1, "0")] == scored.advantages[(1, "1")] == 0.0
@@ -33,13 +33,13 @@ def test_grpo_mean_compares_the_candidates_of_a_task():
 
 
 def test_zero_advantages_stay_in_the_batch_untrained_when_the_mean_is_over_the_batch():
-    scored = score([episode("b", [1.0, 1.0])], config("algo.advantage=grpo_mean", "algo.mean_over=batch"))
+    scored = score([episode("b", [1.0, 1.0])], config("algo.advantage=grpo_mean", "algo.mean_over=batch").algo)
     assert [(s.advantage, s.trained) for s in scored.samples["red"]] == [(0.0, False), (0.0, False)]
 
 
 def test_each_policy_gets_its_own_batch_and_a_frozen_agents_call_none():
     frozen = Episode(TaskItem("c", "q", "a"), (Call("0", None, "x", "x", 0, (), Reply("x", 1, 1, 0.0), reward=1.0),))
-    scored = score([episode("a", [1.0], "red"), episode("a", [0.0], "blue"), frozen], config("algo.advantage=reinforce"))
+    scored = score([episode("a", [1.0], "red"), episode("a", [0.0], "blue"), frozen], config("algo.advantage=reinforce").algo)
     assert {p: [(s.advantage, s.trained) for s in b] for p, b in scored.samples.items()} == {
         "red": [(1.0, True)], "blue": [(0.0, False)]}  # fmt: skip
-    assert score([frozen], config()).samples == {}
+    assert score([frozen], config().algo).samples == {}

@@ -8,7 +8,7 @@ import errno
 
 import pytest
 
-from masrl.rollout.system_errors import RAISED, HookFailed, SystemErrors, as_failure, call_hook, exception_line
+from masrl.rollout.system_errors import RAISED, THE_SYSTEM, HookFailed, SystemErrors, as_failure, call_hook, exception_line
 from masrl.types import Call, Episode, SystemCodeError, TaskItem
 
 
@@ -54,7 +54,7 @@ def test_drop_keeps_the_calls_marked_failed_and_stop_raises():
     task = TaskItem("t", "q", "a")
     calls = (Call("0", None, "a", "r", 0, (), None),)
     episode = SystemErrors(on_error="drop").drop(Mine(), task, calls, failure())
-    assert episode.dropped.startswith(RAISED + "next_step (") and episode.calls[0].error == episode.dropped
+    assert episode.dropped.startswith("the system raised in next_step (") and episode.calls[0].error == episode.dropped
     assert SystemErrors(on_error="drop").drop(Mine(), task, (), failure()).calls[0].failed  # one failed call stands in
     with pytest.raises(SystemCodeError, match="'Mine' raised in next_step"):
         SystemErrors(on_error="stop").drop(Mine(), task, calls, failure())
@@ -63,7 +63,7 @@ def test_drop_keeps_the_calls_marked_failed_and_stop_raises():
 def test_more_than_the_allowed_share_of_dropped_episodes_stops_the_run():
     task = TaskItem("t", "q", "a")
     ran = Episode(task, ())
-    dropped = Episode(task, (), dropped=RAISED + "advance (m.py:3): ValueError: bad")
+    dropped = Episode(task, (), dropped=THE_SYSTEM + RAISED + " advance (m.py:3): ValueError: bad")
     errors = SystemErrors(name="mine", on_error="drop", max_dropped=0.5)
     errors.check_share(Mine(), [ran, dropped])  # one of two: not more than half
     with pytest.raises(SystemCodeError, match=r"raised in 2 of 3 episodes, .*; the first: advance \(m.py:3\)"):

@@ -14,5 +14,5 @@ from masrl.run.evals import eval_due
     [(0, []), (2, [2, 4]), (3, [3]), (5, [])],  # 5 steps: the last step's evaluation is the final one
 )
 def test_an_evaluation_is_due_every_n_steps_before_the_last(every, due):
-    config = load_config("single-arithmetic", ["model.name=tiny", "trainer.steps=5", f"eval.every={every}"])
-    assert [step for step in range(0, 6) if eval_due(config, step)] == due
+    config = load_config("single-arithmetic", ["model.name=tiny", f"eval.every={every}"])
+    assert [step for step in range(0, 6) if eval_due(config.eval, step, steps=5)] == due
