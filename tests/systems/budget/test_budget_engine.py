@@ -19,8 +19,6 @@ from masrl.types import Sample
 from masrl.update import micro_batches
 from smoke import tiny_run
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SMALL = tiny_run()
 # The untrained tiny model writes no tags; in the free protocol a prefilled call makes every round but
 # the last ask an expert (two calls, then a format failure).
