@@ -6,7 +6,7 @@ from __future__ import annotations
 from masrl.algos.credit import descendant_mean
 from masrl.loading import load_config
 from masrl.registry import build_task
-from masrl.systems.chain import ADDER, last_total
+from masrl.systems.chain import ADDER
 from masrl.systems.chain.system import AdderChain, split_terms
 from masrl.types import Call, Episode, Reply, TaskItem
 
@@ -108,7 +108,6 @@ def test_descendant_mean_carries_the_chains_final_answer_back_to_its_first_call(
     won = {"correct": 1.0, "final": 1.0}
     calls = (call("0", None), call("0.0", "0"), call("0.0.0", "0.0", rewards=won, reward=1.0))
     assert descendant_mean(Episode(None, calls)) == {"0": 1.0, "0.0": 1.0, "0.0.0": 1.0}
-    assert last_total(Episode(None, calls)) == "x"
 
 
 def test_the_shipped_config_splits_its_own_items_into_three_calls():

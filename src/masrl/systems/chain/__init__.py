@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from masrl.systems.api import Built, Episode, Serving, SystemSection, SystemSpec, Task
+from masrl.systems.api import Built, SystemSection, SystemSpec, Task
 from masrl.systems.chain.system import AdderChain
 
 ADDER = "Compute the result. Reply with the final answer as <answer>NUMBER</answer> and nothing else."
@@ -23,16 +23,10 @@ def build_chain(config, task: Task) -> Built:
     return Built(chain, {"adder": "adder"}, stop=("</answer>",))
 
 
-def last_total(episode: Episode) -> str:
-    """What `masrl serve` answers: the adder's last reply, the chain's total."""
-    replies = [c.reply.text for c in episode.calls if c.reply is not None]
-    return replies[-1] if replies else ""
-
-
+# `masrl serve` answers with the last call's reply, the chain's total: the default Serving.
 SYSTEM = SystemSpec(
     kind="chain",
     config=ChainConfig,
     build=build_chain,
-    serving=Serving(answer=last_total),
     summary="a many-term sum split into two-term calls of one adder, each on the last call's total",
 )

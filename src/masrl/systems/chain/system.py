@@ -10,7 +10,9 @@ does at once is made into calls the small model can do (issue 48: decomposition 
 problems; AT-GRPO, arXiv:2510.11062, splits planning into role calls for the same reason).
 
 Only the final answer is scored (1 right, 0 wrong), as the task scores a single agent's answer; the
-system never grades a partial sum, though it could compute every one from the question. So the
+system never grades a partial sum, though it could compute every one from the question. With the
+single agent's `reward.weights` each call also earns its own format term (its <answer> tag), which
+says nothing of its sum; the shipped config (chain-sum) weighs the final answer alone. So the
 credit of an early call comes only through the calls after it (MHGPO's backward reward propagation,
 `algo.credit: descendant_mean`, carries the final reward back to every call of the chain). A reply
 without a readable number ends the chain at 0. A question the splitter cannot read as a chain of
@@ -32,16 +34,16 @@ _TERM = re.compile(r"([-+]?)\s*(\d+(?:\.\d+)?)")
 
 
 def split_terms(question: str) -> tuple[tuple[str, str], ...] | None:
-    """The terms of the question's longest + / - chain as (operator, number), the first with "+"; None
-    when the question holds no chain of two or more terms, or one next to * / or parentheses."""
-    runs = [m for m in _CHAIN.finditer(question)]
+    """The terms of the question's longest + / - chain as (sign, number), the first "+" unless it is negative;
+    None when the question holds no chain of two or more terms, or one next to * / or parentheses."""
+    runs = list(_CHAIN.finditer(question))
     if not runs:
         return None
     run = max(runs, key=lambda m: len(m.group(0)))
     before, after = question[: run.start()].rstrip(), question[run.end() :].lstrip()
     if before.endswith(("*", "/", "(", "×", "÷")) or after.startswith(("*", "/", ")", "×", "÷", "^")):
         return None  # a chain inside a larger expression: its sum is not the answer
-    terms = tuple((op or "+", number) for op, number in _TERM.findall(run.group(0)))
+    terms = tuple((op or "+", digits) for op, digits in _TERM.findall(run.group(0)))
     return terms if len(terms) >= 2 else None
 
 
