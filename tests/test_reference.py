@@ -101,10 +101,10 @@ def test_reward_weights_make_the_single_systems_reward():
     assert only_correct.advance(state, step, Reply("<answer>4</answer>", 1, 1, 0.0)).reward == 1.0
 
 
-def test_reward_weights_are_read_by_the_single_system_alone():
+def test_reward_weights_are_read_by_the_single_and_chain_systems_alone():
     users = [p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "masrl").rglob("*.py")
              if "reward.weights" in p.read_text() and p.name not in ("config.py", "loading.py")]  # fmt: skip
-    assert users == ["masrl/systems/single.py"]
+    assert sorted(users) == ["masrl/systems/chain/__init__.py", "masrl/systems/chain/system.py", "masrl/systems/single.py"]
 
 
 def test_the_dataset_description_names_the_datasets():  # the error lists them all: tests/tasks/test_math.py

@@ -170,7 +170,8 @@ class RolloutConfig(Section):
 class RewardConfig(Section):
     weights: dict[str, float] = Field(
         default_factory=lambda: {"correct": 1.0, "format": 0.1},
-        description="the reward of system.kind single (single-arithmetic, router-solver): the sum of weight x "
+        description="the reward of system.kind single (single-arithmetic, router-solver) and chain (correct "
+        "weighs the chain's final answer, format each call's own reply): the sum of weight x "
         "component over the task's two components, correct (1 when the task scores the extracted answer right, "
         "else 0) and format (1 for one non-empty <answer>...</answer> with nothing after it, 0.5 for a pair that "
         "breaks one of these, 0 for none; masrl/tasks/rewards.py); a component left out weighs 0. Every other "
