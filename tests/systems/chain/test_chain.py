@@ -8,6 +8,7 @@ import pytest
 
 from masrl.checkpoint import latest_checkpoint
 from masrl.cli import main
+from masrl.systems.chain import SYSTEM
 from smoke import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,3 +25,11 @@ def test_chain_sum_trains_two_steps_on_the_tiny_model(tmp_path):
         assert r["trajectories"] == 8 and 8 <= r["calls"] <= 24
         assert {"reward/correct", "reward/final"} <= set(r)
     assert latest_checkpoint(run) is not None
+
+
+def test_the_chain_is_registered_with_its_own_section():
+    from masrl.loading import load_config
+
+    config = load_config("chain-sum")
+    assert config.system.kind == SYSTEM.kind == "chain" and isinstance(config.system, SYSTEM.config)
+    assert config.system.prompt.endswith("<answer>NUMBER</answer> and nothing else.")
