@@ -10,6 +10,10 @@ intervals and `masrl compare` read them) and the system's own files;
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 from tqdm import tqdm
 
 from masrl.checkpoint import atomic_write_json
@@ -26,14 +30,18 @@ def eval_due(config: Config, step: int) -> bool:
     return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
 
 
-def log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
-    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
+def log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False,
+             held: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> dict[str, float]:  # fmt: skip
+    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report.
+    The writes run inside `held()` (masrl.run.stop.Signals.held: no signal stops them halfway)."""
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=final)
-    logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
-    logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them
-    if result.write is not None:
-        result.write(logger.run.path, step)
+    with held():
+        logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them
+        if result.write is not None:
+            result.write(logger.run.path, step)
+        # last: the line that says the evaluation is done (a resume reads it) comes after its files
+        logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
     tqdm.write(f"eval {label}: {result.line}")
     if final and result.report:
         tqdm.write(result.report)
