@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -162,6 +163,7 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=ckpt_dir))
     try:
         for rel, writer in files.items():
+            _pause_for_test("checkpoint")
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             writer(target)
@@ -189,6 +191,14 @@ def save_checkpoint(
         _remove(p)
     _fsync_dir(ckpt_dir)
     return final
+
+
+def _pause_for_test(phase: str) -> None:
+    """Tests only: with MASRL_TEST_PAUSE=`phase` the process stops itself (SIGSTOP) here, so that a test
+    delivers real signals in the middle of writing a checkpoint, then continues it (SIGCONT)
+    (tests/run/test_stop.py). A stopped process cannot time its own stop: no race to win."""
+    if os.environ.get("MASRL_TEST_PAUSE") == phase:
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _nearly_full(path: Path, margin: int = 1 << 20) -> bool:
