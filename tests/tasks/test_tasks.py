@@ -11,7 +11,7 @@ from masrl.config import ConfigError, TaskConfig
 from masrl.pools.simulated import ItemIndex
 from masrl.registry import build_task
 from masrl.tasks import BUILTIN, Grade, Task, format_reward, grade, held_out, reward_terms
-from masrl.tasks.jsonl import JsonlTask
+from masrl.tasks.jsonl import MAX_LINE_BYTES, JsonlTask
 from masrl.tasks.math import DIFFICULTY, MathTask, _verify, extract_math_answer, math_equal, reasoning_gym_datasets
 from masrl.types import TaskItem
 
@@ -246,7 +246,8 @@ def test_jsonl_explicit_splits_ids_and_grading(tmp_path):
 
 
 def test_jsonl_train_cycles_in_a_seeded_order(tmp_path):
-    path = _write(tmp_path, [{"question": f"q{i}", "answer": str(i), "split": "train"} for i in range(5)])
+    rows = [{"question": f"q{i}", "answer": str(i), "split": "train"} for i in range(5)]
+    path = _write(tmp_path, [*rows, {"question": "held out", "answer": "0", "split": "eval"}])
     task = JsonlTask(path, seed=0)
     first = task.items("train", 0, 5)
     assert sorted(i.answer for i in first) == ["0", "1", "2", "3", "4"]
@@ -296,11 +297,23 @@ def test_jsonl_malformed_line_names_its_number(tmp_path, bad, message):
         JsonlTask(_write(tmp_path, rows))
 
 
-def test_jsonl_with_no_train_items(tmp_path):
-    task = JsonlTask(_write(tmp_path, [{"question": "q", "answer": "1", "split": "eval"}]))
-    assert task.items("train", 0, 0) == []
-    with pytest.raises(ValueError, match="no train items"):
-        task.items("train", 0, 1)
+def test_jsonl_without_train_or_held_out_items_is_refused_when_read(tmp_path):
+    """Before a run starts: a file without held-out items used to fail at the final evaluation, after training."""
+    with pytest.raises(ValueError, match=r"data\.jsonl: no train items: every line is in the eval split"):
+        JsonlTask(_write(tmp_path, [{"question": "q", "answer": "1", "split": "eval"}]))
+    with pytest.raises(ValueError, match=r"data\.jsonl: no held-out items: .* raise task\.eval_fraction \(now 0\.1\)"):
+        JsonlTask(_write(tmp_path, [{"question": "q", "answer": "1", "split": "train"}]))
+
+
+def test_jsonl_line_not_utf8_or_too_long_is_named(tmp_path):
+    path = _write(tmp_path, [{"question": "a", "answer": "1"}, {"question": "b", "answer": "2", "split": "eval"}])
+    with path.open("ab") as f:
+        f.write(b'{"question": "caf\xe9", "answer": "3"}\n')  # Latin-1, not UTF-8
+    with pytest.raises(ValueError, match=r"data\.jsonl:3: not UTF-8 text \(byte 17 of the line is 0xe9\)"):
+        JsonlTask(path)
+    path.write_text(json.dumps({"question": "x" * MAX_LINE_BYTES, "answer": "1"}) + "\n")
+    with pytest.raises(ValueError, match=rf"data\.jsonl:1: longer than {MAX_LINE_BYTES} bytes"):
+        JsonlTask(path)
 
 
 # ---- rewards ----

@@ -415,15 +415,25 @@ def _serve_inference(args, settings) -> int:
 
 
 def _serve_until_stopped(run, app, settings) -> int:
-    """Serve until SIGINT or SIGTERM: uvicorn answers the requests in flight, then raises the signal again,
-    which reaches `main`'s handler as KeyboardInterrupt: exit code 130, as for every command."""
+    """Serve until SIGINT or SIGTERM: exit code 130, as for every command. uvicorn answers the requests in
+    flight, then raises the signal again and swallows the KeyboardInterrupt that `stop` raises for it: the
+    signal is noted here."""
+    stopped: list[str] = []
+
+    def stop(signum: int, frame) -> None:
+        stopped.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt(stopped[0])  # before uvicorn has its handlers: it stops the start
+
+    before = [signal.signal(sig, stop) for sig in _STOP_SIGNALS]
     try:
         run(app, settings)
-    except KeyboardInterrupt as exc:
-        print(f"masrl: stopped serving ({exc.args[0] if exc.args else 'SIGINT'}); the requests in flight were "
-              "answered", file=sys.stderr)  # fmt: skip
-        return ExitCode.INTERRUPTED
-    return 0
+    finally:
+        for sig, handler in zip(_STOP_SIGNALS, before, strict=True):
+            signal.signal(sig, handler)
+    if not stopped:
+        return 0
+    print(f"masrl: stopped serving ({stopped[0]}); the requests in flight were answered", file=sys.stderr)
+    return ExitCode.INTERRUPTED
 
 
 _COMMANDS = {
