@@ -34,6 +34,9 @@ def test_an_alias_bomb_is_refused_from_its_nodes_before_any_value_is_built(tmp_p
     looped = tmp_path / "loop.yaml"
     looped.write_text("trainer: &t {lr: 1.0e-5, again: *t}\n")
     assert "expands without end (an alias inside its own anchor)" in _one_line(capsys, "train", str(looped))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 100_000 + "]" * 100_000 + "\n")  # 200 kB
+    assert _one_line(capsys, "train", str(deep)) == f"masrl: config error: {deep} nests its values too deeply for a config"
 
 
 def test_a_config_file_not_utf8_or_too_large_is_named(tmp_path, capsys):

@@ -83,6 +83,8 @@ def read_yaml(path: Path) -> object:
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    except RecursionError:  # the parser recurses once a level: [[[[...]]]] past Python's stack
+        raise ConfigError(f"{path} nests its values too deeply for a config") from None
     finally:
         loader.dispose()
 

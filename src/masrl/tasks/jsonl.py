@@ -79,21 +79,21 @@ class JsonlTask:
         return extract_math_answer(text)
 
 
-# A line is one question (or one document of a corpus): a longer one is a mistake that would otherwise
+# A line is one question: a longer one is a mistake that would otherwise
 # surface a minute later as an allocation of terabytes (a 5 MB question: "can't allocate 25001360018496
 # bytes"), since attention grows with the square of the prompt. 64 KiB is past any shipped model's context.
 MAX_LINE_BYTES = 1 << 16
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+def read_jsonl(path: Path, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, where, object) for each non-blank line of a JSONL file of objects; `where`
     is "path:line", the prefix of every error message about that line (not UTF-8, longer than
-    MAX_LINE_BYTES, not JSON, not an object)."""
+    `max_bytes` (None: any length), not JSON, not an object)."""
     with path.open("rb") as f:
-        for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+        for number, raw in enumerate(iter(lambda: f.readline(-1 if max_bytes is None else max_bytes + 1), b""), 1):
             where = f"{path}:{number}"
-            if len(raw) > MAX_LINE_BYTES:
-                raise ValueError(f"{where}: longer than {MAX_LINE_BYTES} bytes, the most a line may hold")
+            if max_bytes is not None and len(raw) > max_bytes:
+                raise ValueError(f"{where}: longer than {max_bytes} bytes, the most a line may hold")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
