@@ -49,7 +49,7 @@ from masrl.loading import load_config, validate
 from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
-from masrl.run.evals import eval_due, log_eval, report_before_after
+from masrl.run.evals import eval_due, log_eval
 from masrl.run.files import RunDir
 from masrl.run.log import RunLogger
 from masrl.run.prepare import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
@@ -265,10 +265,9 @@ def _final_eval(engine: Parts, logger: RunLogger, run: RunDir, last: int, signal
         if signals.received is not None:  # came after the loop last looked
             raise KeyboardInterrupt(signals.received)
         log_eval(engine, logger, last, "after", final=True, held=signals.held)
-        if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
-            with signals.held():
-                report_before_after(run, last)
     except KeyboardInterrupt as exc:
+        if run.logged(last, "eval"):  # it came while the evaluation's files were written (held): they are
+            raise Interrupted(f"interrupted ({signal_name(exc)}) as the run ended; it is complete") from None
         raise Interrupted(f"interrupted ({signal_name(exc)}) during the final evaluation; "
                           f"{next_command(run, engine.config.trainer.steps)}") from None  # fmt: skip
 

@@ -57,7 +57,8 @@ def _exit_now(signum: int, frame) -> None:
 
 def _handle_stop_signals(handler) -> None:
     for sig in _STOP_SIGNALS:
-        signal.signal(sig, handler)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by what started us (`nohup`, `cmd &`): it stays
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

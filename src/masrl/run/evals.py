@@ -4,7 +4,7 @@
 `log_eval` evaluates the engine's system on the held-out items, logs
 eval/<metric> to metrics.jsonl, saves the per-item results (evals/step-N.json:
 intervals and `masrl compare` read them) and the system's own files;
-`report_before_after` pairs the final evaluation with the one before training
+and, after the final one, `report_before_after` pairs it with the one before training
 (results.json). The training loop (masrl.train) calls them in its evaluate phase.
 """
 
@@ -32,19 +32,21 @@ def eval_due(config: Config, step: int) -> bool:
 
 def log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False,
              held: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> dict[str, float]:  # fmt: skip
-    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report.
-    The writes run inside `held()` (masrl.run.stop.Signals.held: no signal stops them halfway)."""
+    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report
+    and the before/after table. What follows the evaluation runs inside `held()` (masrl.run.stop.Signals.held:
+    no signal stops its writes halfway)."""
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=final)
     with held():
-        logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them
-        if result.write is not None:
-            result.write(logger.run.path, step)
-        # last: the line that says the evaluation is done (a resume reads it) comes after its files
         logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
-    tqdm.write(f"eval {label}: {result.line}")
-    if final and result.report:
-        tqdm.write(result.report)
+        logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them
+        if result.write is not None:  # a system's files (they may read the line just logged)
+            result.write(logger.run.path, step)
+        tqdm.write(f"eval {label}: {result.line}")
+        if final and result.report:
+            tqdm.write(result.report)
+        if final and engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
+            report_before_after(logger.run, step)
     return dict(result.metrics)
 
 
