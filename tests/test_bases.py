@@ -116,7 +116,7 @@ def test_two_bases_are_two_copies_and_an_update_changes_only_its_own(distinct_ti
     calls = [c for ep in episodes for c in ep.calls]
     assert {c.agent for c in calls} == {"tool", "reasoner"}
     assert all(c.reply.policy == c.agent for c in calls)
-    samples = score(episodes, config).samples
+    samples = score(episodes, config.algo).samples
     for policy in ("tool", "reasoner"):
         sent = sorted((s.prompt_ids, s.response_ids) for s in samples[policy])
         made = sorted((c.reply.prompt_ids, c.reply.response_ids) for c in calls if c.agent == policy)

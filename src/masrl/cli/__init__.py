@@ -220,7 +220,7 @@ def _eval(args) -> int:
                 raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train {config}), "
                                          f"or evaluate its config untrained: masrl eval {config}")  # fmt: skip
             _under_jemalloc(args)
-            engine = load_trained(run, overrides=overrides, checkpoint=ckpt)  # eval.* overrides alone
+            engine, ckpt = load_trained(run, overrides=overrides)  # eval.* overrides alone; a damaged newest passed over
             step, ckpt = int(read_meta(ckpt)["step"]), ckpt.relative_to(run).as_posix()
             out = Path(args.out) if args.out else RunDir(run).eval_json
         else:
@@ -261,7 +261,7 @@ def _baseline(args) -> int:
     from masrl.preflight import preflight  # lazy: torch
 
     budgets = BUDGETS if args.budget == "both" else (args.budget,)
-    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides)
+    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides, args.single)
     if args.dry_run:
         print(dry_run_text(planned))
         return 0
@@ -376,7 +376,7 @@ def _serve(args) -> int:
     if not RunDir(run_dir).config.exists():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
     try:
-        engine = load_trained(run_dir)
+        engine, _ = load_trained(run_dir)  # a damaged newest checkpoint passed over, with a line saying so
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1

@@ -3,8 +3,8 @@
 `eval_due` says whether `eval.every` asks for an evaluation after a step;
 `log_eval` evaluates the engine's system on the held-out items, logs
 eval/<metric> to metrics.jsonl, saves the per-item results (evals/step-N.json:
-intervals and `masrl compare` read them) and the system's own files;
-and, after the final one, `report_before_after` pairs it with the one before training
+intervals and `masrl compare` read them) and the system's own files, and after
+the final one `report_before_after` pairs it with the one before training
 (results.json). The training loop (masrl.train) calls them in its evaluate phase.
 """
 
@@ -18,24 +18,24 @@ from tqdm import tqdm
 
 from masrl.checkpoint import atomic_write_json
 from masrl.compare import before_after
-from masrl.config import Config
+from masrl.config import EvalConfig
 from masrl.evaluate import evaluate_system, read_eval_items
 from masrl.parts import Parts
 from masrl.run.files import RunDir, final_eval_path
 from masrl.run.log import RunLogger
 
 
-def eval_due(config: Config, step: int) -> bool:
-    """Whether `eval.every` asks for an evaluation after `step` (the last step's is the final one)."""
-    return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
+def eval_due(section: EvalConfig, step: int, steps: int) -> bool:
+    """Whether `eval.every` asks for an evaluation after `step` of `steps` (the last step's is the final one)."""
+    return bool(section.every) and step % section.every == 0 and 0 < step < steps
 
 
-def log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False,
+def log_eval(engine: Parts, section: EvalConfig, logger: RunLogger, step: int, label: str, final: bool = False,
              held: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> dict[str, float]:  # fmt: skip
     """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report
     and the before/after table. What follows the evaluation runs inside `held()` (masrl.run.stop.Signals.held:
     no signal stops its writes halfway)."""
-    items = engine.task.items("eval", 0, engine.config.eval.size)
+    items = engine.task.items("eval", 0, section.size)
     result = evaluate_system(engine, items, full=final)
     with held():
         logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")

@@ -12,11 +12,12 @@ command goes on from what is on disk, and `disk_message` words a refused write.
 from __future__ import annotations
 
 import errno
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from masrl.checkpoint import read_meta
-from masrl.config import Config, ConfigError
+from masrl.config import ConfigError
 from masrl.loading import dump_config
 from masrl.run.files import RunDir
 from masrl.types import EnvironmentProblem
@@ -30,22 +31,23 @@ class Start:
     new_config: bool = False  # a new run wrote config.yaml where there was none
 
 
-def prepare_run_dir(run: RunDir, config: Config, resuming: bool) -> Start:
-    """Make `run` a new run's directory, or read where the run in it stopped (`resuming`)."""
+def prepare_run_dir(run: RunDir, config_data: Mapping, steps: int, resuming: bool) -> Start:
+    """Make `run` a new run's directory holding `config_data` (the resolved config, `Config.model_dump`)
+    as config.yaml, or read where the run in it stopped (`resuming`) in its `steps` (trainer.steps)."""
     if resuming:
         ckpt = run.latest_checkpoint()
         if ckpt is None:  # stopped (killed) before its first checkpoint: nothing to continue from
             raise EnvironmentProblem(f"{run} has no complete checkpoint to resume from; "
-                                     f"{next_command(run, config.trainer.steps)}")  # fmt: skip
+                                     f"{next_command(run, steps)}")  # fmt: skip
         step = int(read_meta(ckpt)["step"])
-        return Start(step, step >= config.trainer.steps and run.logged(step, "eval"))
+        return Start(step, step >= steps and run.logged(step, "eval"))
     if run.latest_checkpoint() is not None:  # the user asked for a new run where one is: an argument to change
         raise ConfigError(f"{run} already holds a run; resume it with masrl train --resume {run}, "
                           "or choose another run.dir")  # fmt: skip
     made = tuple(p for p in (*reversed(run.path.parents), run.path) if not p.exists())
     new_config = not run.config.exists()
     run.path.mkdir(parents=True, exist_ok=True)
-    dump_config(config, run.config)
+    dump_config(config_data, run.config)
     return Start(0, False, made, new_config)
 
 

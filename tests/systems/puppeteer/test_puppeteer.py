@@ -335,7 +335,7 @@ def run_toy(head, episodes_per_step=4, width=4, steps=1, lr=0.5, seed=0):
     tasks = ExactTask().items("train", 0, episodes_per_step)
     for _ in range(steps):
         eps = asyncio.run(rollout(system, {**AGENTS, "orchestrator": agent}, tasks, Parallel(width)))
-        learner.update(score(eps, config).samples.get("orchestrator", []))  # none once every choice is right
+        learner.update(score(eps, config.algo).samples.get("orchestrator", []))  # none once every choice is right
     return system
 
 
@@ -351,7 +351,7 @@ def test_head_gradient_points_to_the_agent_that_is_always_right():
     agent = HeadAgent("orchestrator", head, constant_encoder, system.actions, seed=1)
     config = load_config("puppeteer-head", ["algo.advantage=reinforce_baseline"])
     eps = asyncio.run(rollout(system, {**AGENTS, "orchestrator": agent}, ExactTask().items("train", 0, 8), Parallel(4)))
-    samples = score(eps, config).samples["orchestrator"]
+    samples = score(eps, config.algo).samples["orchestrator"]
     chose = {system.actions[s.payload.action] for s in samples}
     assert {"right:reasoning", "wrong:reasoning"} <= chose
     feats = torch.tensor([s.payload.features for s in samples])

@@ -116,7 +116,7 @@ def test_fork_on_first_heterogeneous_groups_and_advantages():
     calls = [(0, c) for c in ep.calls]
     keys = group_by_task(calls)
     assert Counter(keys) == {(0, "rewriter", 0): 4, (0, "reranker", 1): 4, (0, "answerer", 2): 4}
-    scored = score([ep], search_config())
+    scored = score([ep], search_config().algo)
     adv = scored.advantages
     # rewriter returns [1, 0, .5, 0]: mean .375, sample std sqrt(((.625)^2+(.375)^2+(.125)^2+(.375)^2)/3)
     std = math.sqrt((0.625**2 + 0.375**2 + 0.125**2 + 0.375**2) / 3)
@@ -377,7 +377,7 @@ def test_round_robin_advantages_compare_regrouped_singletons():
     batch = [rr_episode(0, [1, 0]), rr_episode(1, [1, 1]), rr_episode(1, [0, 0]), rr_episode(1, [1, 0]),
              rr_episode(2, [0, 1])]  # fmt: skip
     config = load_config("search-rr", ["model.name=tiny", "algo.skip_zero_advantage=false"])
-    scored = score(batch, config)
+    scored = score(batch, config.algo)
     calls = [(i, c) for i, ep in enumerate(batch) for c in ep.calls]
     keys, left = round_robin_groups(calls)
     returns = {(i, c.id): descendant_mean(batch[i])[c.id] for i, c in calls}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 
 from pydantic import Field, field_validator, model_validator
@@ -18,7 +19,10 @@ class ProgramConfig(SystemSection):
     frozen: list[PoolAgentConfig] = Field(
         default_factory=list, description="agents that are not trained, by the model name the program uses (`name`)"
     )
-    cwd: str | None = Field(None, description="working directory of the program (default: the current one)")
+    cwd: str | None = Field(
+        None, description="working directory of the program, and what a relative path in `command` is relative "
+        "to (default: the directory masrl is started in); saved as an absolute path, so a run serves from anywhere"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables of the program")
     timeout: float = Field(120.0, gt=0, description="seconds an episode may run before it is killed (failed)")
     concurrency: int = Field(8, ge=1, description="how many programs run at once")
@@ -28,12 +32,26 @@ class ProgramConfig(SystemSection):
     program_reward_weight: float = Field(
         1.0, description="weight of the reward the program reports itself (its last line's `reward`)"
     )
+    local_weight: float = Field(
+        1.0, description="weight of the rewards the program reports per role or per call (its last line's "
+        "`rewards`) in each named call's own reward: AT-GRPO's local reward beside the team's (docs/program.md)"
+    )
     per_call_rewards: bool = Field(True, description="accept rewards the program posts for single calls")
 
     @field_validator("command", mode="before")
     @classmethod
     def _split(cls, value):
         return shlex.split(value) if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _where(cls, values):
+        """`cwd` as an absolute path, fixed when the config is first read (at train time): the saved config
+        then names where the program ran, and `masrl serve RUN` or `masrl eval RUN` from another directory
+        start the same program there."""
+        if isinstance(values, dict):
+            values = {**values, "cwd": os.path.abspath(values.get("cwd") or ".")}
+        return values
 
     @model_validator(mode="after")
     def _names(self) -> "ProgramConfig":
