@@ -27,7 +27,7 @@ def test_build_task(tmp_path):
     task = build_task(TaskConfig(kind="math", dataset="chain_sum", seed=2, difficulty="easy"))
     assert isinstance(task, MathTask) and isinstance(task, Task)
     assert task.items("train", 0, 3) == MathTask("chain_sum", seed=2, difficulty="easy").items("train", 0, 3)
-    path = _write(tmp_path, [{"question": "q", "answer": "1"}])
+    path = _write(tmp_path, [{"question": "q", "answer": "1"}, {"question": "e", "answer": "2", "split": "eval"}])
     assert isinstance(build_task(TaskConfig(kind="jsonl", path=str(path))), JsonlTask)
     with pytest.raises(ConfigError, match="task.kind: unknown task family 'gsm8k'; available: champ, code, jsonl"):
         build_task(TaskConfig(kind="gsm8k"))

@@ -168,7 +168,7 @@ def test_compare_two_runs_and_seeds(tmp_path, capsys):
     assert main(["compare", str(base)]) == 0  # the prefix pools both seeds
     out = capsys.readouterr().out
     assert "| masrl controller |" in out and "(seeds " in out
-    assert main(["compare", str(tmp_path / "nothing")]) == 1
+    assert main(["compare", str(tmp_path / "nothing")]) == 2  # not a run: an argument mistake (ExitCode.CONFIG)
     seed0 = tmp_path / "r-seed0"
     assert main(["compare", str(seed0), str(seed0 / "evals" / "step-000001.json")]) == 0  # a saved file is a run too
     assert "4 common items: 0.000 [0.000, 0.000] (the interval holds 0)" in capsys.readouterr().out  # itself

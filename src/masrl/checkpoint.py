@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -129,6 +130,15 @@ def _remove(path: Path) -> None:
     shutil.rmtree(hidden, ignore_errors=True)
 
 
+def _clear_leftovers(ckpt_dir: Path) -> None:
+    """Remove what a crashed save or prune left under a .tmp- name."""
+    for stale in ckpt_dir.glob(f"{_TMP_PREFIX}*"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 def save_checkpoint(
     run_dir: str | os.PathLike,
     step: int,
@@ -152,16 +162,12 @@ def save_checkpoint(
         raise ValueError(f"keep must be >= 1, got {keep}")
     ckpt_dir = Path(run_dir) / CHECKPOINTS
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ckpt_dir.glob(f"{_TMP_PREFIX}*"):  # left by a crashed save or prune
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
-
+    _clear_leftovers(ckpt_dir)
     name = f"step_{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=ckpt_dir))
     try:
         for rel, writer in files.items():
+            _pause_for_test("checkpoint")
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             writer(target)
@@ -189,6 +195,14 @@ def save_checkpoint(
         _remove(p)
     _fsync_dir(ckpt_dir)
     return final
+
+
+def _pause_for_test(phase: str) -> None:
+    """Tests only: with MASRL_TEST_PAUSE=`phase` the process stops itself (SIGSTOP) here, so that a test
+    delivers real signals in the middle of writing a checkpoint, then continues it (SIGCONT)
+    (tests/run/test_stop.py). A stopped process cannot time its own stop: no race to win."""
+    if os.environ.get("MASRL_TEST_PAUSE") == phase:
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _nearly_full(path: Path, margin: int = 1 << 20) -> bool:

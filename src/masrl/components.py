@@ -52,8 +52,13 @@ class Component:
 
 
 def cache_dir() -> Path:
-    """Where masrl keeps converted models; override with MASRL_CACHE."""
-    return Path(os.environ.get("MASRL_CACHE", Path.home() / ".cache" / "masrl"))
+    """Where masrl keeps converted models; override with MASRL_CACHE. A file there is refused (ConfigError):
+    every model conversion and install would fail on it later, with a traceback."""
+    path = Path(os.environ.get("MASRL_CACHE", Path.home() / ".cache" / "masrl"))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"the model cache {path} is a file, not a directory; point MASRL_CACHE at a directory "
+                          "(masrl keeps converted models there)")  # fmt: skip
+    return path
 
 
 def module_dir(module: str) -> Path | None:

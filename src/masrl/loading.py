@@ -14,6 +14,7 @@ below the engine (docs/architecture.md).
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,10 +43,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if path.is_dir():  # `masrl train runs/x`: a run directory, or a folder of configs
         resume = f"; to continue the run in it: masrl train --resume {path}" if RunDir(path).config.exists() else ""
         raise ConfigError(f"{path} is a directory, not a YAML config file{resume}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of sections, got {type(data).__name__}")
     for item in overrides:
@@ -53,6 +51,58 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     for note in migrate(data):
         print(f"masrl: note: {path}: {note}", file=sys.stderr)
     return validate(data, source=str(path))
+
+
+# A config is a page of keys: these bound what reading one may cost, whatever the file holds (an alias bomb,
+# "billion laughs": a few lines whose anchors expand to 10^9 values, hung past 60 s at 1.6 GB).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_VALUES = 100_000  # keys and values, every alias counted as often as it is expanded
+
+
+def read_yaml(path: Path) -> object:
+    """The YAML document in `path`, refused in one ConfigError when it is too large, not UTF-8, not YAML, or
+    expands (through aliases) past MAX_CONFIG_VALUES: counted on the parsed nodes, before building any value."""
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is {size} bytes; a config file is at most {MAX_CONFIG_BYTES} bytes (1 MiB)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); "
+                          "save it as UTF-8") from None  # fmt: skip
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return {}
+        values = _expanded_values(node, {})
+        if values > MAX_CONFIG_VALUES:
+            much = "without end (an alias inside its own anchor)" if values == float("inf") else f"to {values:.3g}"
+            raise ConfigError(f"{path} expands {much} keys and values through its aliases (*name); a config "
+                              f"holds at most {MAX_CONFIG_VALUES}")  # fmt: skip
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    except RecursionError:  # the parser recurses once a level: [[[[...]]]] past Python's stack
+        raise ConfigError(f"{path} nests its values too deeply for a config") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_values(node: yaml.Node, seen: dict[int, float]) -> float:
+    """How many nodes `node` stands for with every alias expanded: each node's count once (`seen`), so a
+    bomb is counted in time linear in its file; a node inside itself (`&a [*a]`) counts as infinite."""
+    if id(node) in seen:
+        return seen[id(node)]
+    seen[id(node)] = float("inf")  # until counted: reached again from inside itself
+    if isinstance(node, yaml.MappingNode):
+        count = 1 + sum(_expanded_values(k, seen) + _expanded_values(v, seen) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        count = 1 + sum(_expanded_values(v, seen) for v in node.value)
+    else:
+        count = 1
+    seen[id(node)] = count
+    return count
 
 
 def apply_override(data: dict, item: str) -> None:
@@ -178,7 +228,38 @@ def _check_files(config: Config) -> list[str]:
         model_problem = check_model_name(name)
         if model_problem:
             problems.append(f"{key}: {model_problem}")
-    return problems
+    run_dir = Path(config.run.dir).expanduser()
+    not_dir = next((p for p in (run_dir, *run_dir.parents) if p.exists() and not p.is_dir()), None)
+    if not_dir is not None:
+        problems.append(f"run.dir: {not_dir} is a file, not a directory; choose another run.dir")
+    too_big = _step_memory_problem(config)
+    return problems + ([too_big] if too_big else [])
+
+
+# What one training step holds at the least, whatever the system: every sampled token keeps its id, its
+# log-probs under the sampling, current and reference policies and its advantage (8 + 3 x 4 + 4 bytes);
+# every sampled sequence a few KiB of Python objects (the call, its messages, its text). Generation and the
+# update run in bounded batches (rollout.max_batch_tokens, trainer.micro_batch_tokens): what grows with
+# trainer.batch_size is this. Prompts and calls beyond one a sequence are left out: a lower bound.
+STEP_BYTES_PER_TOKEN = 24
+STEP_BYTES_PER_SEQUENCE = 4096
+MODEL_PARAMETERS = {"smollm2": 135e6}  # float32 weights, 4 bytes each; other models are not counted
+
+
+def _step_memory_problem(config: Config) -> str | None:
+    """A step that cannot fit in this machine's memory, refused with the estimate (`trainer.batch_size=10^9`
+    used to reach 7 GB and end in MemoryError)."""
+    batch, group, tokens = config.trainer.batch_size, config.sampler.group_size, config.rollout.max_new_tokens
+    sequences = batch * group
+    step = sequences * (tokens * STEP_BYTES_PER_TOKEN + STEP_BYTES_PER_SEQUENCE)
+    model = 4 * MODEL_PARAMETERS.get(config.model.name, 0)
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if step + model <= memory:
+        return None
+    return (f"trainer.batch_size: one step needs at least {(step + model) / 1e9:.3g} GB, more than this machine's "
+            f"{memory / 1e9:.3g} GB: {batch} tasks x sampler.group_size {group} = {sequences} sequences of up to "
+            f"rollout.max_new_tokens {tokens} tokens ({STEP_BYTES_PER_TOKEN} B a token, {STEP_BYTES_PER_SEQUENCE} B "
+            f"a sequence) beside the model's {model / 1e9:.3g} GB; lower trainer.batch_size")  # fmt: skip
 
 
 # ---------------------------------------------------------------- messages

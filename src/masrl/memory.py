@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -86,7 +87,12 @@ def reexec_with_jemalloc(args: Sequence[str]) -> None:
         return
     print(f"masrl: memory allocator jemalloc ({env['LD_PRELOAD'].split(':')[0]}); "
           f"{ALLOCATOR_VAR}=system keeps the C library's malloc", file=sys.stderr, flush=True)  # fmt: skip
+    # SIGINT and SIGTERM wait (blocked: the mask survives the exec) until the new process's `masrl.cli.main`
+    # has its handlers; the interpreter's start-up would otherwise die by them or print a traceback
+    stop = (signal.SIGINT, signal.SIGTERM)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
         os.execve(sys.executable, [sys.executable, "-m", "masrl.cli", *args], env)
     except OSError as exc:  # cannot exec (a frozen interpreter, ...): go on with malloc
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
         print(f"masrl: could not restart under jemalloc ({exc}); going on with malloc", file=sys.stderr)

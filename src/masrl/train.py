@@ -49,13 +49,13 @@ from masrl.loading import load_config, validate
 from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
-from masrl.run.evals import eval_due, log_eval, report_before_after
+from masrl.run.evals import eval_due, final_eval, log_eval
 from masrl.run.files import RunDir
 from masrl.run.log import RunLogger
 from masrl.run.prepare import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
 from masrl.run.resume import checkpoint, restore, restore_newest
 from masrl.run.stop import (
-    Interrupted, Signals, budget_note, interrupted_message, launch_ranks, out_of_time, out_of_tokens,
+    Interrupted, Signals, budget_note, interrupted_message, launch_ranks, out_of_time, out_of_tokens, signal_name,
 )
 from masrl.scoring import Scored, score
 from masrl.step_metrics import FailureCount, StepTimes, episode_metrics, machine_metrics
@@ -196,13 +196,14 @@ def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals
         if not resuming and distributed.is_main():
             undo_new_run(run, start)  # no directory holding only config.yaml is left behind
         if isinstance(exc, KeyboardInterrupt):
-            raise Interrupted(f"interrupted while loading; {next_command(run, config.trainer.steps)}") from None
+            raise Interrupted(f"interrupted ({signal_name(exc)}) while loading; "
+                              f"{next_command(run, config.trainer.steps)}") from None  # fmt: skip
         raise
     try:
         signals.graceful = True  # from here a first signal stops after the step in progress
         return _run(engine, config, run, start.step, signals)
-    except KeyboardInterrupt:  # a second signal outside the loop's steps (restoring, an evaluation)
-        raise Interrupted(f"stopped at once; {next_command(run, config.trainer.steps)}") from None
+    except KeyboardInterrupt as exc:  # a second signal outside the loop's steps (restoring, an evaluation)
+        raise Interrupted(f"stopped at once ({signal_name(exc)}); {next_command(run, config.trainer.steps)}") from None
     finally:
         engine.close()  # rollout workers and server sessions end with the run, whatever ended it
 
@@ -222,9 +223,9 @@ def _run(engine: Parts, config: Config, run: RunDir, start: int, signals: Signal
         engine.publish(start)  # remote engines generate with the restored adapters (version = step)
     logger = RunLogger(run, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
-        log_eval(engine, config.eval, logger, 0, "before")
+        log_eval(engine, config.eval, logger, 0, "before", held=signals.held)
     elif main and eval_due(config.eval, start, config.trainer.steps) and not run.logged(start, "eval"):
-        log_eval(engine, config.eval, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
+        log_eval(engine, config.eval, logger, start, f"step {start}", held=signals.held)  # the one a signal skipped
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
     # thread while this one updates (the workers or servers do the model work), step t's with the
     # adapters of version max(start, t - 1 - k), whatever the trainer has published meanwhile.
@@ -253,9 +254,7 @@ def _loop(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLog
     if signalled is not None:
         raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run))
     if main:  # evaluation runs once
-        log_eval(engine, config.eval, logger, last, "after", final=True)
-        if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
-            report_before_after(run, last)
+        final_eval(engine, config.eval, config.trainer.steps, logger, run, last, signals)
     return run.path
 
 
@@ -268,6 +267,7 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
     last = saved = start  # the last step trained by this loop, and the last one checkpointed
     trained_seconds = sampled_tokens = 0.0  # the budgets' counts: trainer.max_minutes, max_sampled_tokens
     signalled = None  # the signal that stops the run, as rank 0 received it (every rank acts on rank 0's)
+    step = start + 1
     try:
         for step in range(start + 1, cfg.steps + 1):
             signalled = distributed.broadcast(signals.received)  # one during the last step's eval or checkpoint
@@ -276,7 +276,8 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
             t0 = time.perf_counter()
             trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
             if main:  # 5. log
-                _log_step(logger, bar, cfg, step, trained)
+                with signals.held():
+                    _log_step(logger, bar, cfg, step, trained)
             last = step
             step_seconds = time.perf_counter() - t0
             step_tokens = trained.metrics["calls"] * trained.metrics["response_tokens_mean"]  # generated this step
@@ -288,12 +289,13 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
             final = step == cfg.steps or stop or signalled is not None
             if eval_due(config.eval, step, cfg.steps) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
                 step_seconds += _settle(ahead)
-                log_eval(engine, config.eval, logger, step, f"step {step}")
+                log_eval(engine, config.eval, logger, step, f"step {step}", held=signals.held)
             t_checkpoint = time.perf_counter()
             if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
                 # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
                 # steps, and asking would wait for the batch; a resumed asynchronous run is not exact anyway.
-                checkpoint(engine, run, step, worker_rngs=ahead is None)
+                with signals.held():  # a second signal meanwhile stops once the checkpoint is whole
+                    checkpoint(engine, run, step, worker_rngs=ahead is None)
                 saved = step
             # A checkpoint is training time (evaluations are not): the allowance bounds the run's wall time,
             # and rollouts sampled ahead, which go on while it is written, get no untimed minutes.
@@ -305,12 +307,13 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
             if signalled is not None:
                 break
         if signalled is not None and last > saved:  # the signal came after the step's checkpoint phase
-            checkpoint(engine, run, last, worker_rngs=ahead is None)
+            with signals.held():
+                checkpoint(engine, run, last, worker_rngs=ahead is None)
             saved = last
         if signalled is not None:  # ranks > 0 wait until rank 0 has written it: the launcher stops the
             distributed.broadcast(saved)  # others as soon as one rank has exited
     except KeyboardInterrupt:  # a second signal: stop at once; what the last checkpoint holds stays
-        raise Interrupted(f"stopped at once during step {last + 1} of {cfg.steps}; "
+        raise Interrupted(f"stopped at once during step {step} of {cfg.steps}; "
                           f"{next_command(run, cfg.steps)}") from None  # fmt: skip
     return last, saved, signalled
 

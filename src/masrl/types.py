@@ -83,6 +83,7 @@ class ExitCode(IntEnum):
     ENVIRONMENT = 3  # the machine failed the run: a full disk, a permission, a broken run directory
     SYSTEM = 4  # the user's system code raised (rollout.on_system_error: stop)
     INTERRUPTED = 130  # SIGINT or SIGTERM: the last finished step is checkpointed; --resume continues
+    BROKEN_PIPE = 141  # the reader of the output went away (`masrl models | head -1`): quiet, as a Unix tool
 
 
 class EnvironmentProblem(RuntimeError):

@@ -1,14 +1,20 @@
-"""A user's question/answer JSONL file as a task: explicit and hashed splits, seeded order, malformed lines named, a simulated pool knows its items."""
+"""A user's question/answer JSONL file as a task: explicit and hashed splits, seeded order, malformed lines named,
+a simulated pool knows its items; and as a user meets it, `masrl train task.kind=jsonl task.path=FILE` refusing
+a file it cannot train on in one line naming the file (and the line), exit code 2, before the run directory
+is made (issue 50), the real command in a subprocess."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
+from processes import ENV, messages
 
 from masrl.pools.simulated import ItemIndex
 from masrl.tasks import grade, held_out
-from masrl.tasks.jsonl import JsonlTask
+from masrl.tasks.jsonl import MAX_LINE_BYTES, JsonlTask
 
 
 # ---- JsonlTask ----
@@ -40,7 +46,8 @@ def test_jsonl_explicit_splits_ids_and_grading(tmp_path):
 
 
 def test_jsonl_train_cycles_in_a_seeded_order(tmp_path):
-    path = _write(tmp_path, [{"question": f"q{i}", "answer": str(i), "split": "train"} for i in range(5)])
+    rows = [{"question": f"q{i}", "answer": str(i), "split": "train"} for i in range(5)]
+    path = _write(tmp_path, [*rows, {"question": "held out", "answer": "0", "split": "eval"}])
     task = JsonlTask(path, seed=0)
     first = task.items("train", 0, 5)
     assert sorted(i.answer for i in first) == ["0", "1", "2", "3", "4"]
@@ -90,11 +97,23 @@ def test_jsonl_malformed_line_names_its_number(tmp_path, bad, message):
         JsonlTask(_write(tmp_path, rows))
 
 
-def test_jsonl_with_no_train_items(tmp_path):
-    task = JsonlTask(_write(tmp_path, [{"question": "q", "answer": "1", "split": "eval"}]))
-    assert task.items("train", 0, 0) == []
-    with pytest.raises(ValueError, match="no train items"):
-        task.items("train", 0, 1)
+def test_jsonl_without_train_or_held_out_items_is_refused_when_read(tmp_path):
+    """Before a run starts: a file without held-out items used to fail at the final evaluation, after training."""
+    with pytest.raises(ValueError, match=r"data\.jsonl: no train items: every line is in the eval split"):
+        JsonlTask(_write(tmp_path, [{"question": "q", "answer": "1", "split": "eval"}]))
+    with pytest.raises(ValueError, match=r"data\.jsonl: no held-out items: .* raise task\.eval_fraction \(now 0\.1\)"):
+        JsonlTask(_write(tmp_path, [{"question": "q", "answer": "1", "split": "train"}]))
+
+
+def test_jsonl_line_not_utf8_or_too_long_is_named(tmp_path):
+    path = _write(tmp_path, [{"question": "a", "answer": "1"}, {"question": "b", "answer": "2", "split": "eval"}])
+    with path.open("ab") as f:
+        f.write(b'{"question": "caf\xe9", "answer": "3"}\n')  # Latin-1, not UTF-8
+    with pytest.raises(ValueError, match=r"data\.jsonl:3: not UTF-8 text \(byte 17 of the line is 0xe9\)"):
+        JsonlTask(path)
+    path.write_text(json.dumps({"question": "x" * MAX_LINE_BYTES, "answer": "1"}) + "\n")
+    with pytest.raises(ValueError, match=rf"data\.jsonl:1: longer than {MAX_LINE_BYTES} bytes"):
+        JsonlTask(path)
 
 
 def test_jsonl_items_are_known_to_a_simulated_pool(tmp_path):
@@ -113,3 +132,27 @@ def test_jsonl_items_are_known_to_a_simulated_pool(tmp_path):
 def test_jsonl_file_without_questions_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"data\.jsonl: no question/answer lines"):
         JsonlTask(_write(tmp_path, ["", ""]))
+
+
+GOOD = [json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i)}) for i in range(3)]
+HELD = json.dumps({"question": "What is 9 + 9?", "answer": "18", "split": "eval"})
+
+
+@pytest.mark.parametrize("lines,needle", [
+    ([GOOD[0], HELD, '{"question": "caf\xe9", "answer": "1"}'], ":3: not UTF-8 text (byte 17 of the line is 0xe9)"),
+    ([GOOD[0], json.dumps({"question": "1 + " * 1_250_000 + "1", "answer": "1"}), HELD],
+     f":2: longer than {MAX_LINE_BYTES} bytes, the most a line may hold"),
+    ([json.dumps({"question": "q", "answer": "1", "split": "eval"}), HELD], ": no train items: every line is in the eval"),
+    ([json.dumps({"question": f"q{i}", "answer": "1", "split": "train"}) for i in range(3)],
+     ": no held-out items: no line is in the eval split"),
+], ids=["latin-1", "a 5 MB question", "every line held out", "none held out"])  # fmt: skip
+def test_a_jsonl_file_that_cannot_train_is_one_line_before_the_run_starts(tmp_path, lines, needle):
+    qa, run = tmp_path / "qa.jsonl", tmp_path / "run"
+    qa.write_bytes("".join(f"{line}\n" for line in lines).encode("latin-1"))
+    done = subprocess.run([sys.executable, "-m", "masrl.cli", "train", "task.kind=jsonl", f"task.path={qa}",
+                           "model.name=tiny", f"run.dir={run}"], env=ENV, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    (line,) = messages(done.stderr)
+    assert line.startswith(f"masrl: config error: task.path: {qa}{needle}"), line
+    assert not run.exists()

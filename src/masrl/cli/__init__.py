@@ -16,26 +16,12 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from masrl.baseline import BUDGETS, dry_run_text, plan, tables, train_planned
-from masrl.cli.parser import build_parser, system_commands
-from masrl.checkpoint import atomic_write_json, read_meta
-from masrl.components import MissingComponent, cache_dir, status
-from masrl.compare import compare_runs
 from masrl.config import ConfigError
-from masrl.evaluate import eval_record, evaluate_system
-from masrl.loading import load_config
-from masrl.memory import reexec_with_jemalloc
-from masrl.preflight import preflight, shipped_models
-from masrl.reference import config_markdown, config_text
-from masrl.registry import available_systems, available_tasks
-from masrl.report import curve_table, write_report
-from masrl.run.files import RunDir, read_metrics
-from masrl.sandbox import SandboxError
 from masrl.types import EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
-from masrl.view import write_page
 
-# The commands that train, evaluate or serve import torch (about 1 s) and the HTTP stack inside
-# their functions (`# lazy:`), so `masrl --help`, `systems`, `compare` and `view` start at once.
+# Every other masrl module imports torch (seconds): the commands import what they use inside their
+# functions (`# lazy: torch`), after `main` has installed its signal handlers, so that a Ctrl-C or a
+# SIGTERM at start-up is one line and exit code 130, not a traceback or a death by the signal.
 
 
 def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
@@ -48,9 +34,63 @@ def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, li
 _DISK_ERRORS = frozenset((errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM))
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_now(signum: int, frame) -> None:
+    """SIGINT or SIGTERM where no training loop decides (start-up, loading, `eval`, `serve` once it has
+    drained): stop now, as KeyboardInterrupt naming the signal; a later one while the command unwinds is
+    ignored, so the unwinding ends in `main`'s one line, not a second KeyboardInterrupt."""
+    _handle_stop_signals(_ignore)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _ignore(signum: int, frame) -> None:
+    """A signal while the command already stops: it stops anyway."""
+
+
+def _exit_now(signum: int, frame) -> None:
+    """A signal once the command has returned (its line printed): end without Python's teardown, which a
+    KeyboardInterrupt would turn into a traceback or a death by the signal."""
+    os._exit(ExitCode.INTERRUPTED)
+
+
+def _handle_stop_signals(handler) -> None:
+    for sig in _STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by what started us (`nohup`, `cmd &`): it stays
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    own_process = argv is None  # started from the command line, not called with a list
+    if own_process:
+        _handle_stop_signals(_stop_now)  # before the imports below, which take seconds
+        # a restart under jemalloc (masrl.memory) blocked them across the exec: now they reach `_stop_now`
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    try:
+        code = _command(argv, own_process)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is a BrokenPipeError for the clause below
+        return code
+    except BrokenPipeError:  # the reader of the output went away (`masrl models | head -1`): stop quietly
+        # stdout's buffer still holds what could not be written: point it at /dev/null, so the flush at exit
+        # does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.BROKEN_PIPE
+    except KeyboardInterrupt as exc:  # `train` says what its checkpoint kept; the other commands write atomically
+        print(f"masrl: interrupted ({exc.args[0] if exc.args else 'SIGINT'})", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    finally:
+        if own_process:
+            _handle_stop_signals(_exit_now)
+
+
+def _command(argv: list[str] | None, own_process: bool) -> int:
+    from masrl.cli.parser import build_parser, system_commands  # lazy: torch (main's handlers come first)
+    from masrl.components import MissingComponent  # lazy: with the other imports of the commands
+    from masrl.sandbox import SandboxError  # lazy: with the other imports of the commands
+
     args = build_parser(_COMMANDS).parse_args(argv)
-    args.own_process = argv is None  # started from the command line, not called with a list
+    args.own_process = own_process
     try:
         if args.command not in _COMMANDS:
             return system_commands(_COMMANDS)[args.command][1].run(args)
@@ -79,14 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         # RUN_DIR/errors.log
         print(f"masrl: {exc}", file=sys.stderr)
         return ExitCode.SYSTEM
-    except KeyboardInterrupt:  # `train` says what its checkpoint kept; the other commands keep nothing
-        print("masrl: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
 
 
 def _saved_config(run_dir: Path) -> Path:
     """The config.yaml a run directory was trained with: a directory without one is not a run (a mistaken
     argument), or a run that lost it (its checkpoints or metrics are there: the directory is incomplete)."""
+    from masrl.run.files import RunDir  # lazy: torch
+
     run = RunDir(run_dir)
     if run.config.is_file():
         return run.config
@@ -102,12 +141,16 @@ def _under_jemalloc(args) -> None:
     """`masrl train` and `eval` started from the command line re-execute themselves once with jemalloc
     preloaded (masrl.memory: glibc keeps freed activations and caches). Called once the config has
     loaded, so a config error is still one message and nothing restarts for it."""
+    from masrl.memory import reexec_with_jemalloc  # lazy: with the other imports of the commands, after main's
+
     if getattr(args, "own_process", False):
         reexec_with_jemalloc(sys.argv[1:])
 
 
 def _train(args) -> int:
     from masrl import distributed  # lazy: torch
+    from masrl.loading import load_config  # lazy: torch
+    from masrl.preflight import preflight  # lazy: torch
     from masrl.run.stop import Interrupted  # lazy: torch
     from masrl.train import train  # lazy: torch
 
@@ -137,8 +180,6 @@ def _train(args) -> int:
         print(f"masrl: training stopped: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:  # SIGINT or SIGTERM: what the checkpoint kept and what --resume will do
-        for sig in (signal.SIGINT, signal.SIGTERM):  # another one while the process ends: end now, no traceback
-            signal.signal(sig, lambda *_: os._exit(ExitCode.INTERRUPTED))
         print(f"masrl: {exc}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     print(f"masrl: run directory {run_dir}")
@@ -157,7 +198,12 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
+    from masrl.checkpoint import atomic_write_json, read_meta  # lazy: with the other imports of the commands
+    from masrl.evaluate import eval_record, evaluate_system  # lazy: torch
+    from masrl.loading import load_config  # lazy: torch
     from masrl.parts import build_parts  # lazy: torch
+    from masrl.preflight import preflight  # lazy: torch
+    from masrl.run.files import RunDir  # lazy: torch
     from masrl.run.trained import check_eval_overrides, load_trained  # lazy: torch
 
     target, overrides = _split_config(args.target, args.overrides)
@@ -199,16 +245,21 @@ def _eval(args) -> int:
 
 
 def _compare(args) -> int:
+    from masrl.compare import compare_runs  # lazy: torch
+
     try:
         print(compare_runs([Path(r) for r in args.runs], args.metric, args.method, args.step, not args.items_only))
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError) as exc:  # not a run, or runs that cannot be compared: an argument mistake
         print(f"masrl: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.CONFIG
     return 0
 
 
 def _baseline(args) -> int:
     """`masrl baseline RUN`: plan the single-agent runs (one per seed run and budget), train them, print the tables."""
+    from masrl.baseline import BUDGETS, dry_run_text, plan, tables, train_planned  # lazy: torch
+    from masrl.preflight import preflight  # lazy: torch
+
     budgets = BUDGETS if args.budget == "both" else (args.budget,)
     planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides, args.single)
     if args.dry_run:
@@ -230,14 +281,16 @@ def _baseline(args) -> int:
 
 
 def _view(args) -> int:
+    from masrl.view import write_page  # lazy: torch
+
     runs = [Path(r) for r in args.runs]
     one_run = len(runs) == 1 and runs[0].is_dir()
     out = Path(args.out) if args.out else (runs[0] / "view.html" if one_run else Path("masrl-view.html"))
     try:
         path = write_page(runs, out)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError) as exc:  # not a run: an argument mistake
         print(f"masrl: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.CONFIG
     print(f"masrl: wrote {path}", file=sys.stderr)
     if not args.no_open:
         webbrowser.open(path.resolve().as_uri())
@@ -246,6 +299,9 @@ def _view(args) -> int:
 
 def _config(args) -> int:
     """`masrl config [CONFIG]`: the reference of every key; with a config, its values and its system's keys."""
+    from masrl.loading import load_config  # lazy: torch
+    from masrl.reference import config_markdown, config_text  # lazy: torch
+
     if args.markdown:
         if args.config or args.overrides:
             raise ConfigError("--markdown prints the engine's keys (docs/config.md); pass no config")
@@ -260,17 +316,23 @@ def _config(args) -> int:
 
 
 def _models(args) -> int:
+    from masrl.components import cache_dir, status  # lazy: with the other imports of the commands
+    from masrl.preflight import shipped_models  # lazy: torch
+
+    cache = cache_dir()  # first: a cache that is a file is one line, before any model is called ready
     for component, configs in sorted(shipped_models().values(), key=lambda m: m[0].model or m[0].name):
         print(f"{component.model or component.name:10s} {component.what}, from the package {component.package}\n"
               f"{'':10s} {status(component)}\n{'':10s} used by: {', '.join(configs)}")  # fmt: skip
     print(f"{'tiny':10s} a random 2-layer Llama with a byte tokenizer, built in memory (tests, smoke runs)\n"
           f"{'':10s} ready")  # fmt: skip
     print(f"{'<path>':10s} any local HF model directory (config.json and weights) as model.name")
-    print(f"cache: {cache_dir()} (set MASRL_CACHE to move it); MASRL_FETCH=0: never install a model package")
+    print(f"cache: {cache} (set MASRL_CACHE to move it); MASRL_FETCH=0: never install a model package")
     return 0
 
 
 def _systems(args) -> int:
+    from masrl.registry import available_systems, available_tasks  # lazy: torch
+
     for title, rows in (("systems (system.kind)", available_systems()), ("task families (task.kind)", available_tasks())):
         print(title)
         for kind, where, spec, error in rows:
@@ -280,11 +342,14 @@ def _systems(args) -> int:
 
 
 def _report(args) -> int:
+    from masrl.report import curve_table, write_report  # lazy: torch
+    from masrl.run.files import read_metrics  # lazy: torch
+
     try:
         rows = read_metrics(Path(args.run_dir))
-    except FileNotFoundError as exc:
+    except FileNotFoundError as exc:  # not a run: an argument mistake
         print(f"masrl: {exc}", file=sys.stderr)
-        return 1
+        return ExitCode.CONFIG
     print(curve_table(rows))
     print(f"masrl: wrote {write_report(Path(args.run_dir))}", file=sys.stderr)
     return 0
@@ -292,9 +357,12 @@ def _report(args) -> int:
 
 def _serve(args) -> int:
     from masrl.http import ServerSettings, create_app, run  # lazy: fastapi and uvicorn
+    from masrl.run.files import RunDir  # lazy: torch
     from masrl.run.trained import load_trained  # lazy: torch
     from masrl.serve import backend_for  # lazy: torch
 
+    if not 0 <= args.port <= 65535:  # before a model loads (0: any free port)
+        raise ConfigError(f"--port {args.port} is not a TCP port (0 to 65535)")
     if args.max_concurrency < 1 or args.max_body_bytes < 1:
         raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")
     if args.api_key is not None and not args.api_key.strip():
@@ -317,8 +385,7 @@ def _serve(args) -> int:
     what = f"policy {args.policy}" if args.policy else f"system {engine.config.system.kind}"
     print(f"masrl: serving {what} of {run_dir} as model {backend.models()[0].id!r} on http://{args.host}:{args.port}/v1"
           + (" (API key required)" if args.api_key else ""), file=sys.stderr)  # fmt: skip
-    run(create_app(backend, settings, title=f"masrl: {name}"), settings)
-    return 0
+    return _serve_until_stopped(run, create_app(backend, settings, title=f"masrl: {name}"), settings)
 
 
 def _serve_inference(args, settings) -> int:
@@ -346,8 +413,29 @@ def _serve_inference(args, settings) -> int:
     print(f"masrl: serving {args.inference} for rollouts on http://{args.host}:{args.port}/v1"
           + (f", adapters from {root}" if root else ", no adapter root (adapters refused)")
           + (" (API key required)" if args.api_key else ""), file=sys.stderr, flush=True)  # fmt: skip
-    run(app, settings)
-    return 0
+    return _serve_until_stopped(run, app, settings)
+
+
+def _serve_until_stopped(run, app, settings) -> int:
+    """Serve until SIGINT or SIGTERM: exit code 130, as for every command. uvicorn answers the requests in
+    flight, then raises the signal again and swallows the KeyboardInterrupt that `stop` raises for it: the
+    signal is noted here."""
+    stopped: list[str] = []
+
+    def stop(signum: int, frame) -> None:
+        stopped.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt(stopped[0])  # before uvicorn has its handlers: it stops the start
+
+    before = [signal.signal(sig, stop) for sig in _STOP_SIGNALS]
+    try:
+        run(app, settings)
+    finally:
+        for sig, handler in zip(_STOP_SIGNALS, before, strict=True):
+            signal.signal(sig, handler)
+    if not stopped:
+        return 0
+    print(f"masrl: stopped serving ({stopped[0]}); the requests in flight were answered", file=sys.stderr)
+    return ExitCode.INTERRUPTED
 
 
 _COMMANDS = {

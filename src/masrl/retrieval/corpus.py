@@ -154,7 +154,7 @@ def load_pages_jsonl(path: str | Path) -> tuple[Page, ...]:
     path = Path(path)
     pages: list[Page] = []
     lines: dict[str, str] = {}
-    for _, where, row in read_jsonl(path):
+    for _, where, row in read_jsonl(path, max_bytes=None):  # a page may be long: prompts hold cuts of it
         page = Page(
             id=_string(where, row, "id"),
             title=_string(where, row, "title", required=False),

@@ -3,12 +3,17 @@
 `eval_due` says whether `eval.every` asks for an evaluation after a step;
 `log_eval` evaluates the engine's system on the held-out items, logs
 eval/<metric> to metrics.jsonl, saves the per-item results (evals/step-N.json:
-intervals and `masrl compare` read them) and the system's own files;
-`report_before_after` pairs the final evaluation with the one before training
-(results.json). The training loop (masrl.train) calls them in its evaluate phase.
+intervals and `masrl compare` read them) and the system's own files, and after
+the final one `report_before_after` pairs it with the one before training
+(results.json); `final_eval` runs the last one under the signal rules of the run's end. The training loop
+(masrl.train) calls them in its evaluate phase.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from tqdm import tqdm
 
@@ -19,6 +24,8 @@ from masrl.evaluate import evaluate_system, read_eval_items
 from masrl.parts import Parts
 from masrl.run.files import RunDir, final_eval_path
 from masrl.run.log import RunLogger
+from masrl.run.prepare import next_command
+from masrl.run.stop import Interrupted, Signals, signal_name
 
 
 def eval_due(section: EvalConfig, step: int, steps: int) -> bool:
@@ -26,19 +33,40 @@ def eval_due(section: EvalConfig, step: int, steps: int) -> bool:
     return bool(section.every) and step % section.every == 0 and 0 < step < steps
 
 
-def log_eval(engine: Parts, section: EvalConfig, logger: RunLogger, step: int, label: str,
-             final: bool = False) -> dict[str, float]:  # fmt: skip
-    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
+def log_eval(engine: Parts, section: EvalConfig, logger: RunLogger, step: int, label: str, final: bool = False,
+             held: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> dict[str, float]:  # fmt: skip
+    """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report
+    and the before/after table. What follows the evaluation runs inside `held()` (masrl.run.stop.Signals.held:
+    no signal stops its writes halfway)."""
     items = engine.task.items("eval", 0, section.size)
     result = evaluate_system(engine, items, full=final)
-    logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
-    logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them
-    if result.write is not None:
-        result.write(logger.run.path, step)
-    tqdm.write(f"eval {label}: {result.line}")
-    if final and result.report:
-        tqdm.write(result.report)
+    with held():
+        logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
+        logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them
+        if result.write is not None:  # a system's files (they may read the line just logged)
+            result.write(logger.run.path, step)
+        tqdm.write(f"eval {label}: {result.line}")
+        if final and result.report:
+            tqdm.write(result.report)
+        if final and engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
+            report_before_after(logger.run, step)
     return dict(result.metrics)
+
+
+def final_eval(engine: Parts, section: EvalConfig, steps: int, logger: RunLogger, run: RunDir, last: int,
+               signals: Signals) -> None:  # fmt: skip
+    """The final evaluation. Every step is checkpointed by now, so a signal stops it at once (its writes
+    excepted: `held`), and `--resume` runs it again; finishing it first could take minutes."""
+    signals.graceful = False
+    try:
+        if signals.received is not None:  # came after the loop last looked
+            raise KeyboardInterrupt(signals.received)
+        log_eval(engine, section, logger, last, "after", final=True, held=signals.held)
+    except KeyboardInterrupt as exc:
+        if run.logged(last, "eval"):  # it came while the evaluation's files were written (held): they are
+            raise Interrupted(f"interrupted ({signal_name(exc)}) as the run ended; it is complete") from None
+        raise Interrupted(f"interrupted ({signal_name(exc)}) during the final evaluation; "
+                          f"{next_command(run, steps)}") from None  # fmt: skip
 
 
 def report_before_after(run: RunDir, last: int) -> None:

@@ -12,10 +12,11 @@ and the command that goes on (`interrupted_message`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -34,15 +35,21 @@ class Interrupted(Exception):
 class Signals:
     """SIGINT (Ctrl-C) and SIGTERM (a cluster's preemption) while `train` runs, in the main thread.
 
-    While the engine loads a signal stops at once (KeyboardInterrupt: nothing is trained yet). Once the
-    loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes and is
-    checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal stops
-    at once, keeping what the last checkpoint holds. With `trainer.processes=N` every rank and the
-    launcher hold one; rank 0's signal decides for every rank (the loop broadcasts it)."""
+    While the engine loads a signal stops at once (KeyboardInterrupt naming it: nothing is trained yet).
+    Once the loop runs (`graceful`), the first one only asks it to stop: the step in progress finishes
+    and is checkpointed, so no finished step is lost and `--resume` continues exactly; a second signal
+    stops at once, keeping what the last checkpoint holds. Writes that belong together (a checkpoint, a
+    step's or an evaluation's log lines) run `held`: a signal that would stop at once waits until they
+    are done, so that no file is left half written. Once stopping at once, a further signal is ignored
+    while the process unwinds to its one line. With `trainer.processes=N` every rank and the launcher
+    hold one; rank 0's signal decides for every rank (the loop broadcasts it)."""
 
     def __init__(self, note: bool = True) -> None:
         self.received: str | None = None  # the first signal's name, once one came while graceful
         self.graceful = False
+        self.stopping = False  # a signal stopped the run at once: the process unwinds
+        self._holding = False
+        self._held: str | None = None  # a signal that came while holding and stops at once after it
         # one note per run: from this process, unless it is a rank > 0 or a launcher that leaves it to rank 0
         self.note = note and os.environ.get("RANK", "0") == "0"
         self._before: dict[int, object] = {}
@@ -53,14 +60,34 @@ class Signals:
                 self._before[sig] = signal.signal(sig, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        unwinding = exc_type is not None and (self.stopping or self.received is not None)
         for sig, handler in self._before.items():
-            signal.signal(sig, handler)
+            # a run a signal stopped ends in its one line: another signal meanwhile changes nothing
+            signal.signal(sig, _ignore if unwinding else handler)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Within: a signal that would stop at once stops when the block is done (its writes are whole)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        if self._held is not None:
+            self.stopping = True
+            raise KeyboardInterrupt(self._held)
 
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
+        if self.stopping:
+            return
         if not self.graceful or self.received is not None:
-            raise KeyboardInterrupt
+            if self._holding:
+                self._held = self._held or name
+                return
+            self.stopping = True
+            raise KeyboardInterrupt(name)
         self.received = name
         if not self.note:
             return
@@ -68,6 +95,15 @@ class Signals:
         # The newline first puts the note on a line of its own, below the progress bar.
         os.write(2, f"\nmasrl: {name}: stopping after the step in progress, which is then checkpointed; "
                     f"{name} again stops at once\n".encode())  # fmt: skip
+
+
+def _ignore(signum: int, frame) -> None:
+    """A signal while a stopped run unwinds: it stops anyway."""
+
+
+def signal_name(exc: KeyboardInterrupt) -> str:
+    """The signal a KeyboardInterrupt stands for (`Signals` and the command line's handler name it)."""
+    return exc.args[0] if exc.args else "SIGINT"
 
 
 def interrupted_message(name: str, saved: int, steps: int, start: int, run: RunDir) -> str:

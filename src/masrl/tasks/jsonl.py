@@ -50,13 +50,18 @@ class JsonlTask:
         self.train = [item for item in splits["train"] if item.question.strip() not in eval_questions]
         random.Random(seed).shuffle(self.train)
         self.eval = splits["eval"]
+        # both splits are needed, and found missing here, before a run starts (not at its final evaluation)
+        if not self.train:
+            raise ValueError(f"{self.path}: no train items: every line is in the eval split (or its question is "
+                             "in it); mark some lines \"split\": \"train\"")  # fmt: skip
+        if not self.eval:
+            raise ValueError(f"{self.path}: no held-out items: no line is in the eval split; mark some lines "
+                             f"\"split\": \"eval\" or raise task.eval_fraction (now {eval_fraction})")  # fmt: skip
 
     def items(self, split: str, start: int, count: int) -> list[TaskItem]:
         check_split(split)
         if split == "eval":
             return self.eval[start : start + count]
-        if count > 0 and not self.train:
-            raise ValueError(f"{self.path}: no train items (every line is in the eval split)")
         return [self.train[i % len(self.train)] for i in range(start, start + count)]
 
     def known_items(self) -> list[TaskItem]:
@@ -74,14 +79,28 @@ class JsonlTask:
         return extract_math_answer(text)
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+# A line is one question: a longer one is a mistake that would otherwise
+# surface a minute later as an allocation of terabytes (a 5 MB question: "can't allocate 25001360018496
+# bytes"), since attention grows with the square of the prompt. 64 KiB is past any shipped model's context.
+MAX_LINE_BYTES = 1 << 16
+
+
+def read_jsonl(path: Path, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, where, object) for each non-blank line of a JSONL file of objects; `where`
-    is "path:line", the prefix of every error message about that line."""
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    is "path:line", the prefix of every error message about that line (not UTF-8, longer than
+    `max_bytes` (None: any length), not JSON, not an object)."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(-1 if max_bytes is None else max_bytes + 1), b""), 1):
+            where = f"{path}:{number}"
+            if max_bytes is not None and len(raw) > max_bytes:
+                raise ValueError(f"{where}: longer than {max_bytes} bytes, the most a line may hold")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 text (byte {e.start} of the line is "
+                                 f"{raw[e.start]:#04x}); save the file as UTF-8") from None  # fmt: skip
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 row: Any = json.loads(line)
             except json.JSONDecodeError as e:
