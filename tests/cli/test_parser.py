@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from masrl.cli.parser import build_parser, system_commands
+from masrl.cli.parser import build_parser, parse, system_commands
 
 
 def test_train_takes_a_config_overrides_and_resume():
@@ -26,3 +26,18 @@ def test_an_unknown_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         build_parser(()).parse_args(["fly"])
     assert info.value.code == 2 and "invalid choice: 'fly'" in capsys.readouterr().err
+
+
+def test_overrides_may_follow_the_options():
+    args = parse(build_parser(()), ["baseline", "runs/t", "a.b=1", "--budget", "tokens", "trainer.threads=1"])
+    assert (args.run, args.budget, args.overrides) == ("runs/t", "tokens", ["a.b=1", "trainer.threads=1"])
+    args = parse(build_parser(()), ["train", "router", "--resume", "runs/r", "trainer.steps=2"])
+    assert (args.config, args.resume, args.overrides) == ("router", "runs/r", ["trainer.steps=2"])
+
+
+def test_what_is_neither_an_option_nor_an_override_is_still_a_usage_error(capsys):
+    for argv in (["baseline", "runs/t", "--budget", "tokens", "stray"], ["baseline", "runs/t", "--fly"],
+                 ["view", "runs/t", "--no-open", "a.b=1"]):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            parse(build_parser(()), argv)
+        assert info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err

@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(argv: list[str] | None, own_process: bool) -> int:
-    from masrl.cli.parser import build_parser, system_commands  # lazy: torch (main's handlers come first)
+    from masrl.cli.parser import build_parser, parse, system_commands  # lazy: torch (main's handlers come first)
     from masrl.components import MissingComponent  # lazy: with the other imports of the commands
     from masrl.sandbox import SandboxError  # lazy: with the other imports of the commands
 
-    args = build_parser(_COMMANDS).parse_args(argv)
+    args = parse(build_parser(_COMMANDS), argv)
     args.own_process = own_process
     try:
         if args.command not in _COMMANDS:

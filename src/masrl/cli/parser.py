@@ -13,6 +13,19 @@ from collections.abc import Collection
 from masrl.registry import available_systems
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The command line, with dotted overrides allowed after the options as well as before them
+    (`masrl baseline RUN --budget tokens trainer.threads=1`): argparse ends a positional list at the first
+    option, so the overrides after it come back unrecognised and join the command's own."""
+    args, extra = parser.parse_known_args(argv)
+    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    if extra and (len(overrides) < len(extra) or not hasattr(args, "overrides")):
+        parser.parse_args(argv)  # argparse's own one-line error (exit 2) for what is not an override
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
 def build_parser(own: Collection[str]) -> argparse.ArgumentParser:
     """masrl's argument parser: its own commands (`own`: their names), then those that systems add."""
     p = argparse.ArgumentParser(prog="masrl", description="Train multi-agent LLM systems with RL.")
