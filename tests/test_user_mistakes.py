@@ -324,7 +324,9 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_one_line_exit_3(tmp_path):
     assert [line.split(" is unreadable")[0] for line in set_aside] == [
         "masrl: checkpoint step_000002", "masrl: checkpoint step_000001"]
     assert message == (f"masrl: no checkpoint of {run} reads back whole (each was set aside as broken-step_*); "
-                       f"masrl train {run}/config.yaml starts the run again")
-    again = _run("train", str(config))  # the command the line names
+                       f"masrl train {run}/config.yaml run.dir=NEW_DIR starts the run again in a new directory")
+    fresh = tmp_path / "again"
+    again = _run("train", str(config), f"run.dir={fresh}")  # the command the line names
     assert again.returncode == 0, again.stderr[-3000:]
-    assert [r["step"] for r in _train_rows(run)] == [1, 2, 3]
+    assert [r["step"] for r in _train_rows(fresh)] == [1, 2, 3]
+    assert [r["step"] for r in _train_rows(run)] == [1, 2]  # the broken run is left as it was

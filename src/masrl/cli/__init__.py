@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import webbrowser
+from contextlib import ExitStack
 from pathlib import Path
 
 from masrl.baseline import BUDGETS, dry_run_text, plan, tables, train_planned
@@ -30,6 +31,7 @@ from masrl.reference import config_markdown, config_text
 from masrl.registry import available_systems, available_tasks
 from masrl.report import curve_table, write_report
 from masrl.run.files import RunDir, read_metrics
+from masrl.run.lock import hold
 from masrl.sandbox import SandboxError
 from masrl.types import EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
 from masrl.view import write_page
@@ -157,6 +159,11 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
+    with ExitStack() as held:  # a run directory's lock, once the target is one (masrl.run.lock)
+        return _evaluate(args, held)
+
+
+def _evaluate(args, held: ExitStack) -> int:
     from masrl.parts import build_parts  # lazy: torch
     from masrl.run.trained import check_eval_overrides, load_trained  # lazy: torch
 
@@ -166,6 +173,7 @@ def _eval(args) -> int:
         if target and Path(target).is_dir():
             run = Path(target)
             _saved_config(run)
+            held.enter_context(hold(RunDir(run), "masrl eval"))  # one writer: its eval.json, errors.log
             check_eval_overrides(overrides)  # before the restart under jemalloc: a mistake is one message
             preflight(load_config(RunDir(run).config))  # its evaluation's needs too (MiniLM baselines)
             ckpt = RunDir(run).latest_checkpoint()
@@ -291,6 +299,11 @@ def _report(args) -> int:
 
 
 def _serve(args) -> int:
+    with ExitStack() as held:  # the run directory's lock while it serves (masrl.run.lock)
+        return _serve_run(args, held)
+
+
+def _serve_run(args, held: ExitStack) -> int:
     from masrl.http import ServerSettings, create_app, run  # lazy: fastapi and uvicorn
     from masrl.run.trained import load_trained  # lazy: torch
     from masrl.serve import backend_for  # lazy: torch
@@ -307,6 +320,7 @@ def _serve(args) -> int:
     run_dir = Path(args.run_dir)
     if not RunDir(run_dir).config.exists():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+    held.enter_context(hold(RunDir(run_dir), "masrl serve"))  # one writer: a system's errors.log
     try:
         engine = load_trained(run_dir)
     except TrainingError as exc:

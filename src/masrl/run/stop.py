@@ -23,6 +23,7 @@ from masrl import distributed
 from masrl.config import Config, ConfigError
 from masrl.parts import config_placement
 from masrl.run.files import RunDir
+from masrl.run.lock import hold
 from masrl.run.prepare import next_command, prepare_run_dir
 from masrl.types import TrainingError
 
@@ -108,9 +109,9 @@ def budget_note(max_minutes: float | None, max_sampled_tokens: int | None, step:
 
 
 # ---------------------------------------------------------------- several processes
-def launch_ranks(rank_train: Callable[[dict, str | None], None], config: Config, run: RunDir, resuming: bool,
+def launch_ranks(rank_train: Callable[[str], None], config: Config, run: RunDir, resuming: bool,
                  model=None) -> None:  # fmt: skip
-    """Start `trainer.processes` ranks, each `rank_train(config_data, resume)`, wait for them and stop them all
+    """Prepare the run directory and start `trainer.processes` ranks, each `rank_train(run_dir)`, wait for them and stop them all
     when one fails (masrl.distributed.launch); TrainingError or Interrupted says how the run goes on."""
     processes = config.trainer.processes
     if model is not None:
@@ -118,12 +119,17 @@ def launch_ranks(rank_train: Callable[[dict, str | None], None], config: Config,
     place = config_placement(config)  # a bad device or run directory fails here, before any spawn
     if place.device.type == "cuda" and processes > torch.cuda.device_count():
         raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
-    start = prepare_run_dir(run, config, resuming)
+    with hold(run, "masrl train"):  # the ranks write under the launcher's lock (masrl.run.lock)
+        _launch(rank_train, config, run, prepare_run_dir(run, config, resuming).step, processes)
+
+
+def _launch(rank_train: Callable[[str], None], config: Config, run: RunDir, start: int,
+            processes: int) -> None:  # fmt: skip
     # A signal reaches the ranks too (one process group): the launcher waits while they checkpoint and
     # stop, then says what was kept. A second one stops it at once (the ranks get theirs as well).
     with Signals(note=False) as signals:
         signals.graceful = True
-        args = (config.model_dump(mode="json"), str(run) if resuming else None)
+        args = (str(run),)  # the ranks continue the run prepared here, from its config.yaml
         try:
             distributed.launch(rank_train, processes, args)
         except distributed.RankFailed as exc:
@@ -131,4 +137,4 @@ def launch_ranks(rank_train: Callable[[dict, str | None], None], config: Config,
                 raise TrainingError(f"{exc}. Continue from the last checkpoint with: "
                                     f"masrl train --resume {run}") from None  # fmt: skip
             raise Interrupted(interrupted_message(signals.received, run.saved_step(), config.trainer.steps,
-                                                  start.step, run)) from None  # fmt: skip
+                                                  start, run)) from None  # fmt: skip

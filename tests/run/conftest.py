@@ -1,0 +1,24 @@
+"""A finished tiny run (2 steps, a checkpoint after each) that the run directory's tests copy and damage."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_runs import run_cli
+from smoke import tiny_run
+
+
+@pytest.fixture(scope="session")
+def _finished(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("finished") / "run"
+    done = run_cli("train", "single-arithmetic", *tiny_run(), "trainer.threads=1", f"run.dir={run}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+@pytest.fixture
+def finished_run(_finished, tmp_path) -> Path:
+    """A copy of the finished run, this test's own."""
+    return Path(shutil.copytree(_finished, tmp_path / "run"))
