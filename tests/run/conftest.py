@@ -6,16 +6,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_runs import run_cli
-from smoke import tiny_run
+from cli_runs import trained_tiny
 
 
 @pytest.fixture(scope="session")
 def _finished(tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("finished") / "run"
-    done = run_cli("train", "single-arithmetic", *tiny_run(), "trainer.threads=1", f"run.dir={run}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return run
+    return trained_tiny(tmp_path_factory.mktemp("finished") / "run", "trainer.threads=1")
 
 
 @pytest.fixture

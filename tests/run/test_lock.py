@@ -70,7 +70,8 @@ def test_a_second_train_into_a_running_run_dir_is_refused_in_one_line(tmp_path):
 def held_elsewhere(tmp_path):
     """Another process (a child of this one: not its parent) that holds tmp_path/run's lock until killed."""
     code = ("import sys, time; from masrl.run.files import RunDir; from masrl.run.lock import hold\n"
-            "with hold(RunDir(sys.argv[1]), 'masrl serve'):\n    print('held', flush=True); time.sleep(300)")  # fmt: skip
+            "with hold(RunDir(sys.argv[1]), 'masrl serve'):\n"
+            "    print('held', flush=True); time.sleep(300)")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run")], env=ENV, stdout=subprocess.PIPE,
                             text=True)  # fmt: skip
     assert proc.stdout.readline() == "held\n"

@@ -84,7 +84,8 @@ def test_config_changes_name_each_key_but_those_a_resume_may_change():
              "run": {"dir": "a"}}
     now = {"model": {"lora_rank": 8, "name": "tiny"}, "trainer": {"steps": 9, "lr": 0.02}, "eval": {"size": 50},
            "run": {"dir": "b"}, "new": {"key": 1}}  # a key the checkpoint's masrl did not have: not compared
-    assert config_changes(saved, now) == ["model.lora_rank is 8, the checkpoint's 16", "trainer.lr is 0.02, the checkpoint's 0.01"]
+    assert config_changes(saved, now) == ["model.lora_rank is 8, the checkpoint's 16",
+                                          "trainer.lr is 0.02, the checkpoint's 0.01"]
     assert config_changes(saved, saved) == []
 
 
@@ -118,7 +119,8 @@ def test_resume_without_a_checkpoint_starts_again_only_when_no_step_was_logged(t
 # ---------------------------------------------------------------- with real processes
 def _files(run: Path) -> dict[str, bytes]:
     """Every file of a run directory and its bytes, but the lock's (which names its last holder)."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+    files = sorted(p for p in run.rglob("*") if p.is_file() and p.name != ".lock")
+    return {str(p.relative_to(run)): p.read_bytes() for p in files}
 
 
 def test_a_new_run_into_a_finished_run_without_checkpoints_is_refused(finished_run):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from smoke import tiny_run
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
@@ -29,3 +31,10 @@ def logged(run: Path, kind: str = "train") -> list[int]:
     """The steps of metrics.jsonl's `kind` lines, in the file's order."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [r["step"] for r in rows if r["kind"] == kind]
+
+
+def trained_tiny(run: Path, *extra: str) -> Path:
+    """`run`, a finished 2-step tiny run (smoke.tiny_run) trained by the real CLI, with `extra` overrides."""
+    done = run_cli("train", "single-arithmetic", *tiny_run(), *extra, f"run.dir={run}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run

@@ -85,7 +85,8 @@ def restore_newest(engine: Parts, run: RunDir) -> Path:
         return ckpt
     # a broken run directory (the machine's, exit 3): the damaged checkpoints stay, set aside, for a look
     raise EnvironmentProblem(f"no checkpoint of {run} reads back whole (each was set aside as broken-step_*); "
-                             f"masrl train {run.config} run.dir=NEW_DIR starts the run again in a new directory")  # fmt: skip
+                             f"masrl train {run.config} run.dir=NEW_DIR starts the run again in a new "
+                             "directory")  # fmt: skip
 
 
 def rng_state(ckpt: Path, rank: int) -> dict:

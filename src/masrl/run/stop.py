@@ -111,8 +111,9 @@ def budget_note(max_minutes: float | None, max_sampled_tokens: int | None, step:
 # ---------------------------------------------------------------- several processes
 def launch_ranks(rank_train: Callable[[str], None], config: Config, run: RunDir, resuming: bool,
                  model=None) -> None:  # fmt: skip
-    """Prepare the run directory and start `trainer.processes` ranks, each `rank_train(run_dir)`, wait for them and stop them all
-    when one fails (masrl.distributed.launch); TrainingError or Interrupted says how the run goes on."""
+    """Prepare the run directory and start `trainer.processes` ranks, each `rank_train(run_dir)`, under its lock;
+    wait for them and stop them all when one fails (masrl.distributed.launch); TrainingError or Interrupted
+    says how the run goes on."""
     processes = config.trainer.processes
     if model is not None:
         raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
