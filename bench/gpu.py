@@ -54,6 +54,8 @@ from pathlib import Path
 
 import torch
 
+from masrl.baseline import step_seconds
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import GB, emit_json, max_rss_bytes, median  # noqa: E402
 
@@ -231,7 +233,7 @@ def train_smoke(device: str, precision: str) -> dict:
             "steps": len(steps),
             "checkpoint": (run / "checkpoints" / "latest").read_text().strip(),
             "reward": [r["reward"] for r in steps],
-            "step_seconds": [r["sample_seconds"] + r["update_seconds"] for r in steps],
+            "step_seconds": [step_seconds(r) for r in steps],
             "seconds": seconds,
         }
 

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from masrl.baseline import step_seconds
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import busy_processes, emit_json, interleaved, median  # noqa: E402
 
@@ -109,8 +111,8 @@ def step_times(args) -> dict:
                 subprocess.run(cmd, env=env, check=True, capture_output=True)
                 rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
                 train = [row for row in rows if row["kind"] == "train"]
-                # step seconds = sample + update (+ score/log, small); async sample_seconds is the wait for it
-                secs = [row["sample_seconds"] + row["update_seconds"] for row in train[1:]]
+                # the whole step as logged (sampling or the wait for it, scoring, update, host work)
+                secs = [step_seconds(row) for row in train[1:]]
                 out[name].append(sum(secs) / len(secs))
                 print(f"  run {r + 1}/{args.runs} {name:>8s}: {out[name][-1]:.2f} s/step "
                       f"({time.perf_counter() - t0:.0f} s with startup)", file=sys.stderr, flush=True)  # fmt: skip

@@ -25,4 +25,4 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} RAY_AUTH_MODE=disabled "$VENV/bin/python" 
   tests/test_hf_compat.py tests/agents tests/generation/test_lean.py tests/generation/test_llama.py \
   tests/generation/test_engine.py tests/generation/test_hf.py tests/generation/test_service.py tests/rollout/test_rollout.py \
   tests/test_checkpoint.py tests/test_device.py tests/test_train.py tests/test_seeded_metrics.py \
-  tests/test_preflight.py tests/retrieval tests/test_config.py
+  tests/test_preflight.py tests/retrieval tests/test_config.py tests/test_loading.py

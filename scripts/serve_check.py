@@ -62,7 +62,7 @@ def check_router(run_dir: Path, n: int) -> dict:
     from masrl.systems.router.evaluation import evaluate_controller
     from masrl.run.trained import load_trained
 
-    engine = load_trained(run_dir)
+    engine, _ = load_trained(run_dir)
     items = engine.task.items("eval", 0, n)
     system = engine.system
     expected = evaluate_controller(system, engine.eval_agents["controller"], engine.frozen, items,
@@ -79,7 +79,7 @@ def check_router(run_dir: Path, n: int) -> dict:
 def check_modes(run_dir: Path, n: int) -> dict:
     from masrl.run.trained import load_trained
 
-    engine = load_trained(run_dir)
+    engine, _ = load_trained(run_dir)
     items = engine.task.items("eval", 0, n)
     out: dict = {"system": engine.config.system.kind, "items": n, "modes": {}}
     with served(run_dir) as api:

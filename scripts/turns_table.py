@@ -17,6 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from masrl.baseline import step_seconds
+
 
 def read_rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -32,9 +34,9 @@ def evals(rows: list[dict]) -> tuple[dict | None, dict]:
 
 
 def training(rows: list[dict]) -> tuple[int, float]:
-    """Steps trained and minutes they took (sampling + update)."""
+    """Steps trained and minutes they took (each step's logged wall time)."""
     train = [r for r in rows if r["kind"] == "train"]
-    return len(train), sum(r["sample_seconds"] + r["update_seconds"] for r in train) / 60
+    return len(train), sum(step_seconds(r) for r in train) / 60
 
 
 def row(name: str, ev: dict, steps: int, minutes: float) -> str:

@@ -9,6 +9,7 @@ grades a response by the parity of its bytes: about half the samples score 1.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,17 @@ def parity_terms(task, item, text: str) -> dict[str, float]:
 def parity_reward(monkeypatch):
     """Replace the single-agent system's grader with a byte-parity reward."""
     monkeypatch.setattr("masrl.systems.single.reward_terms", parity_terms)
+
+
+@pytest.fixture(scope="module")
+def champ(tmp_path_factory):
+    """The recorded CHAMP pool built once per module (tests/pools/test_champ.py, tests/tasks/test_champ.py):
+    its summary, tasks, agents and the file's rows by id."""
+    pytest.importorskip("champ_dataset")
+    from masrl.pools.champ import build_champ_pool, load_champ_pool
+
+    path = tmp_path_factory.mktemp("champ") / "champ_pool.jsonl"
+    summary = build_champ_pool(path)  # about 3 s: the 72 MB JSON, then grading 1,080 summaries
+    tasks, agents = load_champ_pool(path)
+    rows = {row["id"]: row for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    return summary, tasks, agents, rows

@@ -158,9 +158,28 @@ def test_runs_without_a_single_agent_equivalent_are_one_line_errors(team, tmp_pa
     saved = yaml.safe_load((other / "config.yaml").read_text())
     (other / "config.yaml").write_text(yaml.safe_dump({**saved, "task": {"kind": "planpath"}}))
     assert "no single-agent equivalent known for task.kind planpath" in refused(other)
+    assert "(--single CONFIG; shipped for planpath: turns-planpath-single)" in refused(other)  # the way out
+    assert "--single turns-math-single is written for task.kind math_turns; " in refused(other, "--single", "turns-math-single")
+    assert "--single no-such-config: no such config file or shipped config" in refused(other, "--single", "no-such-config")
     (other / "config.yaml").write_text(yaml.safe_dump({**saved, "system": {"kind": "single"}}))
     assert "is already a single agent" in refused(other)
     assert "--seeds 2: " in refused(team, "--seeds", "2")
+
+
+def test_another_task_family_takes_the_single_agent_config_named_for_it(team, tmp_path, capsys):
+    other = tmp_path / "planpath"
+    shutil.copytree(team, other)
+    saved = yaml.safe_load((other / "config.yaml").read_text())
+    grid = {"height": 5, "width": 5, "wall_density": 0.0, "min_distance": 2}
+    (other / "config.yaml").write_text(yaml.safe_dump({**saved, "task": {"kind": "planpath", "config": grid}}))
+    capsys.readouterr()
+    assert main(["baseline", str(other), "--single", "turns-planpath-single", "--budget", "time", "--dry-run"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])
+    shipped = load_config("turns-planpath-single")
+    assert data["task"] == {**shipped.task.model_dump(mode="json"), "config": grid}  # the run's task family and grid
+    assert data["system"] == shipped.system.model_dump(mode="json")  # AT-GRPO's single agent: one planner, one turn
+    assert (data["sampler"], data["algo"]) == (shipped.sampler.model_dump(mode="json"), shipped.algo.model_dump(mode="json"))
+    assert data["rollout"]["max_new_tokens"] == shipped.rollout.max_new_tokens and data["model"]["name"] == "tiny"
 
 
 def test_the_table_says_what_ended_the_single_runs_and_what_was_not_recorded():
@@ -173,7 +192,7 @@ def test_the_table_says_what_ended_the_single_runs_and_what_was_not_recorded():
                        {}, {"accuracy": [[0.0, 0.0]], "tokens": [[3.0, 5.0]], "calls": [[1.0, 1.0]]})  # fmt: skip
     text = table(Side("runs/r", team, (Spent(24, 60.0, 900.0),)), Side("runs/s", single, (Spent(40, 58.0, 700.0),)),
                  "tokens", cap=40)  # fmt: skip
-    assert "equal sampled tokens: runs/r against a single agent (single-arithmetic's GRPO), 1 seed a side" in text
+    assert "equal sampled tokens: runs/r against a single agent (trained as single-arithmetic), 1 seed a side" in text
     assert "| runs/r | controller | 0.500 [0.000, 1.000] | 24 | 60.0 | 900 | n/a | n/a |" in text  # its own evaluation
     assert "| runs/s | policy | 0.000 [0.000, 0.000] | 40 (step cap) | 58.0 | 700 | 4.0 | 1.0 |" in text
     assert "team minus single, accuracy, paired on 2 common items: 0.500 [0.000, 1.000] (the interval holds 0)" in text

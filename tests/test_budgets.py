@@ -7,16 +7,20 @@
   Methods count, and so do nested functions, each on its own and inside the function holding it;
 - every import inside a function (of any package, not only masrl's) gives its reason:
   `# lazy: <reason>` on its line or in the comment lines just above it (docs/architecture.md, rule 3;
-  the same convention scripts/import_graph.py reads, and its parser of it is the one used here).
+  the same convention scripts/import_graph.py reads, and its parser of it is the one used here);
+- every module has its test file at the mirrored path, and that file imports it: `a/b.py` is tested
+  by `tests/a/test_b.py`, a package's `a/__init__.py` by `tests/a/test_a.py`; the exceptions, modules
+  with no behaviour of their own, are the table `UNTESTED` below, each with its reason.
 
-Each check is a pure function over a module's text; `over_budget` runs them all over a tree and the
-last test prints every item over budget in the real tree in one message.
+Each size check is a pure function over a module's text and `over_budget` runs them all over a tree;
+`untested_modules` pairs a tree with its tests. The last two tests print every item over budget, and
+every module without its test, in the real tree in one message each.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,28 @@ MODULE_LINES = 450
 FUNCTION_LINES = 60
 UNLIMITED_MODULES = frozenset({"sandbox.py"})  # paths relative to the package root
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Modules with no behaviour of their own to test (paths relative to the package root) and why. A module
+# with a function that computes something belongs in the tests, not here.
+UNTESTED = {
+    "__init__.py": "the version string",
+    "agents/__init__.py": "empty",
+    "algos/__init__.py": "empty",
+    "rollout/__init__.py": "empty",
+    "generation/__init__.py": "a docstring naming the modules",
+    "run/__init__.py": "a docstring naming the modules",
+    "http/__init__.py": "re-exports",
+    "retrieval/__init__.py": "re-exports",
+    "pools/__init__.py": "re-exports (champ's loaded on first use)",
+    "tasks/__init__.py": "re-exports and the table of built-in task names",
+    "systems/__init__.py": "the table of built-in system names",
+    "cli/__main__.py": "calls cli.main",
+    "systems/budget/__init__.py": "the system's SystemSpec, a declaration",
+    "systems/puppeteer/__init__.py": "the system's SystemSpec, a declaration",
+    "systems/search/__init__.py": "the system's SystemSpec, a declaration",
+    "systems/turns/__init__.py": "the system's SystemSpec, a declaration",
+    "systems/turns/config.py": "its `system` section's fields, checked by pydantic alone",
+    "retrieval/vocabulary.py": "word lists and page templates, data",
+}
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +105,48 @@ def over_budget(root: Path, has_reason: Callable[[list[str], int], bool], base: 
         out += functions_over(name, text)
         out += unreasoned_imports(name, text, has_reason)
     return out
+
+
+def mirrored_test(relative: str) -> str:
+    """The test file of the module at `relative` (from the package root): `a/b.py` -> `a/test_b.py`,
+    a package's `a/__init__.py` -> `a/test_a.py` (named for the package), relative to `tests/`."""
+    path = Path(relative)
+    if path.name == "__init__.py" and path.parent != Path("."):
+        return (path.parent / f"test_{path.parent.name}.py").as_posix()
+    return (path.parent / f"test_{path.name}").as_posix()
+
+
+def imports_module(test_text: str, module: str) -> bool:
+    """Whether the test's text imports the dotted `module` itself (`import m`, `from m import x`, `from parent
+    import m`); a package's submodule is not the package (`from masrl.a.b import f` does not test `masrl.a`)."""
+    parent, _, name = module.rpartition(".")
+    for node in ast.walk(ast.parse(test_text)):
+        if isinstance(node, ast.Import) and any(a.name == module for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            if node.module == module or (node.module == parent and any(a.name == name for a in node.names)):
+                return True
+    return False
+
+
+def untested_modules(root: Path, tests: Path, untested: Mapping[str, str]) -> list[str]:
+    """Every module under the package at `root` without a test file at its mirrored path under `tests`
+    that imports it, and every entry of `untested` that names no module or a module that has one."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        module = ".".join([root.name, *Path(relative).with_suffix("").parts]).removesuffix(".__init__")
+        test = tests / mirrored_test(relative)
+        has_test = test.exists() and imports_module(test.read_text(), module)
+        if relative in untested:
+            if has_test:
+                out.append(f"{relative}: has its test {test.relative_to(tests.parent).as_posix()}, "
+                           "so drop it from the untested table")  # fmt: skip
+        elif not has_test:
+            why = "does not import it" if test.exists() else "is missing"
+            out.append(f"{relative}: its test {test.relative_to(tests.parent).as_posix()} {why}")
+    gone = sorted(set(untested) - {p.relative_to(root).as_posix() for p in root.rglob("*.py")})
+    return out + [f"{relative}: in the untested table but no such module" for relative in gone]
 
 
 def _by_line(item: str) -> int:
@@ -152,7 +220,37 @@ def test_the_tree_check_holds_train_to_350_and_leaves_the_sandbox_whole(graph, t
     ]
 
 
+def test_a_module_without_its_mirrored_test_is_named(tmp_path):
+    root, tests = tmp_path / "masrl", tmp_path / "tests"
+    for module in ("a/__init__.py", "a/b.py", "a/c.py", "p/__init__.py", "p/q.py", "x.py", "y.py", "types.py",
+                   "gone_test.py"):  # fmt: skip
+        (root / module).parent.mkdir(parents=True, exist_ok=True)
+        (root / module).write_text("x = 1\n")
+    (tests / "a").mkdir(parents=True)
+    (tests / "a" / "test_a.py").write_text("from masrl.a import thing\n")  # the package's own test
+    (tests / "a" / "test_b.py").write_text("from masrl.a import b\n")
+    (tests / "a" / "test_c.py").write_text("from masrl.a.b import f\n")  # tests b, not c
+    (tests / "p").mkdir()
+    (tests / "p" / "test_p.py").write_text("from masrl.p.q import f\n")  # tests q, not the package
+    (tests / "p" / "test_q.py").write_text("from masrl.p.q import f\n")
+    (tests / "test_x.py").write_text("import masrl.x\n")
+    untested = {"types.py": "data types", "y.py": "made up", "gone.py": "deleted since"}
+    (tests / "test_y.py").write_text("from masrl.y import z\n")
+    assert untested_modules(root, tests, untested) == [
+        "a/c.py: its test tests/a/test_c.py does not import it",
+        "gone_test.py: its test tests/test_gone_test.py is missing",
+        "p/__init__.py: its test tests/p/test_p.py does not import it",
+        "y.py: has its test tests/test_y.py, so drop it from the untested table",
+        "gone.py: in the untested table but no such module",
+    ]
+
+
 # ---------------------------------------------------------------- the real tree
 def test_src_masrl_keeps_its_budgets(graph):
     found = over_budget(graph.ROOT, graph.has_lazy_reason, base=graph.REPO)
     assert not found, f"{len(found)} items over budget (the budgets: tests/test_budgets.py):\n" + "\n".join(found)
+
+
+def test_every_module_has_its_test_at_the_mirrored_path(graph):
+    found = untested_modules(graph.ROOT, graph.REPO / "tests", UNTESTED)
+    assert not found, f"{len(found)} modules without their mirrored test (tests/test_budgets.py):\n" + "\n".join(found)

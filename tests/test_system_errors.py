@@ -1,4 +1,5 @@
-"""A user's system that raises, trained on the tiny model through `masrl train` (issue 38, item 5).
+"""A user's system that raises, trained on the tiny model through `masrl train` (issue 38, item 5), and
+one that returns a reward that is no finite number or hangs (issue 50), in a process of its own.
 
 The system (tests/support/faulty_system.py, found by its dotted path as a user's plugin is) raises in
 `advance` or in `next_step` on one item of four (the item whose id ends with "/1"). With the default
@@ -11,11 +12,17 @@ step names it.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from smoke import tiny_run
 
+import masrl
 import masrl.parts
 from masrl.cli import main
 from masrl.types import ExitCode
@@ -28,6 +35,10 @@ G = 2  # sampler.group_size: draws per episode (parallel)
 def line_of(marker: str) -> int:
     lines = SOURCE.read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# RAISES: {marker}"))
+
+
+def hangs_at() -> int:
+    return next(i for i, line in enumerate(SOURCE.read_text().splitlines(), 1) if line.endswith("# HANGS"))
 
 
 def train(run: Path, *overrides: str) -> int:
@@ -103,3 +114,69 @@ def test_a_first_step_for_an_unknown_agent_is_refused_before_any_model_loads(tmp
     monkeypatch.setattr(masrl.parts, "load_bases", lambda *a, **k: loaded.append(a) or pytest.fail("model loaded"))
     assert train(tmp_path / "run", "system.first=judge") == ExitCode.SYSTEM
     assert "asked for agent 'judge' in next_step" in masrl_line(capsys.readouterr().err) and loaded == []
+
+
+# ---------------------------------------------------------------- issue 50: rewards that are no finite number, hooks that hang
+def train_process(run: Path, *overrides: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    """`masrl train` with the faulty system in a process of its own, as a user runs it."""
+    args = ["train", "single-arithmetic", f"system.kind={KIND}", *tiny_run(batch_size=4, eval_size=4), "trainer.steps=1",
+            f"sampler.group_size={G}", "eval.before=false", f"run.dir={run}", *overrides]  # fmt: skip
+    paths = os.pathsep.join([str(Path(masrl.__file__).parents[1]), str(SOURCE.parent)])  # masrl, faulty_system
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASRL_ALLOCATOR": "system", "PYTHONPATH": paths, **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "masrl.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)  # fmt: skip
+
+
+def nothing_trained(run: Path) -> None:
+    """No step was logged or checkpointed: nothing the bad value touched is on disk."""
+    assert not list(run.glob("checkpoints/step_*"))
+    assert not (run / "metrics.jsonl").exists() or "train" not in (run / "metrics.jsonl").read_text()
+
+
+ADVANCE = SOURCE.read_text().splitlines().index("    def advance(self, state, step, reply):") + 1
+
+
+@pytest.mark.parametrize(("reward", "shown"), [("nan", "reward=nan"), ("inf", "reward=inf"),
+                                               ("high", "reward='high' (str)")])  # fmt: skip
+def test_a_reward_that_is_no_finite_number_stops_with_one_line(reward, shown, tmp_path):
+    run = tmp_path / "run"
+    proc = train_process(run, f"system.reward={reward}")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == ExitCode.SYSTEM, err[-3000:]
+    assert masrl_line(err) == (
+        f"masrl: system '{KIND}' returned a bad value from advance (faulty_system.py:{ADVANCE}): {shown} is not a "
+        f"finite number (a reward is an int, float or bool) (traceback in {run / 'errors.log'})"
+    )
+    nothing_trained(run)
+
+
+def test_a_hook_that_hangs_is_stopped_at_its_limit_with_one_line(tmp_path):
+    run = tmp_path / "run"
+    proc = train_process(run, "system.hangs=true", "system.items=", "rollout.hook_timeout_s=1")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == ExitCode.SYSTEM, err[-3000:]
+    assert masrl_line(err) == (
+        f"masrl: system '{KIND}' hung in advance (faulty_system.py:{hangs_at()}): it did not "
+        f"return within 1 s (rollout.hook_timeout_s) (traceback in {run / 'errors.log'})"
+    )
+    assert "time.sleep(3600)" in (run / "errors.log").read_text()  # where it hung
+    nothing_trained(run)
+
+
+def test_ctrl_c_reaches_a_hook_that_hangs(tmp_path):
+    """Under the default limit (minutes) a hang is not waited out: the first SIGINT asks for a stop after the
+    step, the second stops at once, inside the hook (exit code 130)."""
+    run, hanging = tmp_path / "run", tmp_path / "hanging"
+    proc = train_process(run, "system.hangs=true", "system.items=", env={"FAULTY_HANGING": str(hanging)})
+    deadline = time.monotonic() + 300
+    while not hanging.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None  # the first asks for a stop after the step, which hangs
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, err[-3000:]
+    assert "Traceback" not in err
+    nothing_trained(run)

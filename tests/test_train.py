@@ -58,7 +58,7 @@ def test_score_gives_hand_computed_grpo_advantages_and_drops_zeros():
     a = 0.5 / (math.sqrt(1 / 3) + 1e-6)
     config = load_config("single-arithmetic", ["model.name=tiny", *GRPO])
 
-    scored = score(episodes, config)
+    scored = score(episodes, config.algo)
     assert list(scored.samples) == ["p"]
     got = scored.samples["p"]
     assert [s.advantage for s in got] == pytest.approx([a, -a, -a, a])
@@ -69,11 +69,11 @@ def test_score_gives_hand_computed_grpo_advantages_and_drops_zeros():
     assert scored.metrics["return_mean"] == pytest.approx(6 / 8)
     assert scored.metrics["adv_abs_mean"] == pytest.approx(4 * a / 8)
 
-    kept = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.skip_zero_advantage=false"]))
+    kept = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.skip_zero_advantage=false"]).algo)
     assert [s.advantage for s in kept.samples["p"]] == pytest.approx([a, -a, -a, a, 0, 0, 0, 0])
     assert all(s.trained for s in kept.samples["p"])
     # mean_over: batch keeps the zero-advantage samples for the loss's mean only (update_policy skips their passes)
-    counted = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.mean_over=batch"]))
+    counted = score(episodes, load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.mean_over=batch"]).algo)
     assert [s.advantage for s in counted.samples["p"]] == pytest.approx([a, -a, -a, a, 0, 0, 0, 0])
     assert [s.trained for s in counted.samples["p"]] == [True] * 4 + [False] * 4
 
@@ -87,7 +87,7 @@ def test_score_groups_by_role_and_turn_and_batches_by_policy():
          call("0.0", 2.0, "tester", "tester"), call("1.0", 5.0, "tester", "tester")),
     )  # fmt: skip
     config = load_config("single-arithmetic", ["model.name=tiny", *GRPO, "algo.advantage=grpo_mean"])
-    scored = score([ep], config)
+    scored = score([ep], config.algo)
     assert sorted(scored.samples) == ["coder", "tester"]
     assert [s.advantage for s in scored.samples["coder"]] == pytest.approx([-1.0, 1.0])  # 3, 5 around 4
     assert [s.advantage for s in scored.samples["tester"]] == pytest.approx([-1.5, 1.5])  # 2, 5 around 3.5
@@ -95,7 +95,7 @@ def test_score_groups_by_role_and_turn_and_batches_by_policy():
 
 def test_score_with_nothing_trainable_is_empty():
     ep = Episode(task(0), (call("0", 1.0, error="boom"),))
-    scored = score([ep], load_config("single-arithmetic", ["model.name=tiny", *GRPO]))
+    scored = score([ep], load_config("single-arithmetic", ["model.name=tiny", *GRPO]).algo)
     assert (scored.samples, scored.advantages, scored.metrics) == ({}, {}, {})
 
 

@@ -232,3 +232,20 @@ def test_compare_reads_the_evaluation_after_a_given_step(tmp_path, capsys):
     assert "has no evaluation after step 18 (saved after steps: [6, 12])" in capsys.readouterr().err
     assert main(["compare", a, b, "--step", "6", "--step", "6", "--step", "6"]) == 1
     assert "give one --step for every run or one for all: 3 for 2 runs" in capsys.readouterr().err
+
+
+def test_a_system_evaluated_alone_is_set_against_itself_untrained_on_the_page(tmp_path):
+    from masrl.evaluate import ItemScores, SystemEval
+    from masrl.run.files import RunDir
+    from masrl.stats import paired_difference
+    from masrl.view import eval_tables
+
+    ids = tuple(f"q{i}" for i in range(6))
+    before, after = [0, 0, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1]
+    for step, correct in ((0, before), (3, after)):
+        scores = ItemScores("policy", ids, {"accuracy": tuple(correct)})
+        RunDir(tmp_path).write_eval(step, SystemEval({}, "", per_item=[scores]))
+    untrained, trained = eval_tables("run", [tmp_path])
+    assert untrained.columns == ("method", "accuracy [95% CI]")  # nothing to set it against: no empty column
+    assert trained.columns[-1] == "policy minus untrained (step 0), accuracy [95% CI]"
+    assert trained.rows[0][-1] == paired_difference(after, before).format()

@@ -7,7 +7,9 @@ runs RUN-seedK) this trains one single agent (`system.kind: single`) on:
   (`eval`, `run.seed`: the items pair by id) and machine settings (devices,
   threads, engines: the rest of `trainer` and `rollout`, `ray`, `sandbox`);
 - single-agent GRPO as the shipped `single-arithmetic` config trains it, the
-  best known single-agent settings (docs/single.md): its `system`, `sampler`,
+  best known single-agent settings (docs/single.md), or as the config
+  `--single CONFIG` names for another task family (`turns-planpath-single`
+  for Plan-Path: AT-GRPO's single-agent baseline): its `system`, `sampler`,
   `algo`, `reward` and `critic`, its `rollout` sampling keys and its
   `trainer` learning keys;
 - a budget measured from the run's metrics.jsonl (its training steps;
@@ -108,6 +110,7 @@ class Planned:
     team_spent: Spent
     budget: str  # "time" or "tokens"
     config: Config
+    single: str = SINGLE_CONFIG  # the config the single agent's algorithm came from
 
     @property
     def run_dir(self) -> Path:
@@ -131,21 +134,50 @@ def single_data(team: dict, single: dict, budget: str, used: Spent, run_dir: str
     return data
 
 
-def check_equivalent(team: dict, run: Path, overrides: Sequence[str]) -> None:
-    """A ConfigError when the run has no single-agent equivalent this command can train."""
+def single_settings(name: str) -> dict:
+    """The single agent's config as YAML data: a shipped config by name, or a YAML file."""
+    path = Path(name)
+    if not path.is_file():
+        path = PACKAGED / f"{name}.yaml"
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
+        raise ConfigError(f"--single {name}: no such config file or shipped config (shipped: {shipped})")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ConfigError(f"--single {name}: {path} must hold a mapping of sections")
+    return data
+
+
+def check_equivalent(team: dict, run: Path, overrides: Sequence[str], single: dict, named: str) -> None:
+    """A ConfigError when the run has no single-agent equivalent this command can train: `single` (the
+    config named `named`) must be written for the run's task family."""
     kind = (team.get("system") or {}).get("kind", "single")
     if kind == "single":
         raise ConfigError(f"{run} is already a single agent (system.kind: single); compare two runs with masrl compare")
     task = (team.get("task") or {}).get("kind", "math")
+    own = (single.get("task") or {}).get("kind")
+    if named != SINGLE_CONFIG:  # a single agent the user chose for this task family (e.g. turns-planpath-single)
+        if own is not None and own != task:
+            raise ConfigError(f"--single {named} is written for task.kind {own}; {run} trains task.kind {task}")
+        return
     if task not in PROMPT_FITS and not any(o.startswith("system.prompt=") for o in overrides):
         raise ConfigError(f"{run}: no single-agent equivalent known for task.kind {task}: {SINGLE_CONFIG}'s prompt is "
-                          f"written for {', '.join(sorted(PROMPT_FITS))}; give one that fits (system.prompt=...) if "
-                          "one call can answer its items")  # fmt: skip
+                          f"written for {', '.join(sorted(PROMPT_FITS))}; name a single-agent config written for it "
+                          f"(--single CONFIG{shipped_singles(task)}), or give a prompt that fits (system.prompt=...) "
+                          "if one call can answer its items")  # fmt: skip
+
+
+def shipped_singles(task: str) -> str:
+    """`: NAME, ...` for the shipped single-agent baselines (`*-single` configs) of a task family, else ``."""
+    names = [p.stem for p in sorted(PACKAGED.glob("*-single.yaml"))
+             if ((yaml.safe_load(p.read_text()) or {}).get("task") or {}).get("kind") == task]  # fmt: skip
+    return f"; shipped for {task}: {', '.join(names)}" if names else ""
 
 
 def plan(path: Path, budgets: Sequence[str], seeds: int | None = None, out: str | None = None,
-         overrides: Sequence[str] = ()) -> list[Planned]:  # fmt: skip
-    """The single-agent runs that match `path`'s seed runs under each budget, configs validated."""
+         overrides: Sequence[str] = (), single_config: str = SINGLE_CONFIG) -> list[Planned]:  # fmt: skip
+    """The single-agent runs that match `path`'s seed runs under each budget, configs validated; the single
+    agent's algorithm comes from `single_config` (a shipped config's name or a YAML file)."""
     try:
         teams = seed_runs(Path(path))
     except FileNotFoundError as exc:
@@ -154,18 +186,19 @@ def plan(path: Path, budgets: Sequence[str], seeds: int | None = None, out: str 
         if not 1 <= seeds <= len(teams):
             raise ConfigError(f"--seeds {seeds}: {path} has {len(teams)} seed run(s)")
         teams = teams[:seeds]
-    single = yaml.safe_load((PACKAGED / f"{SINGLE_CONFIG}.yaml").read_text())
+    single = single_settings(single_config)
     planned = []
     for team in teams:
         used = finished_run(team)
         saved = yaml.safe_load(RunDir(team).config.read_text()) or {}
-        check_equivalent(saved, team, overrides)
+        check_equivalent(saved, team, overrides, single, single_config)
         for budget in budgets:
             run_dir = f"{out_prefix(str(path), budget, out)}-seed{run_seed(team, 0)}"
             data = single_data(saved, single, budget, used, run_dir)
             for item in overrides:
                 apply_override(data, item)
-            planned.append(Planned(team, used, budget, validate(data, source=f"the single agent for {team}")))
+            config = validate(data, source=f"the single agent for {team}")
+            planned.append(Planned(team, used, budget, config, single_config))
     return planned
 
 
@@ -245,7 +278,8 @@ def _row(s: Side, metric: str, cap: int | None) -> str:
             f"{cost[0]} | {cost[1]} |")  # fmt: skip
 
 
-def table(team: Side, single: Side, budget: str, cap: int, metric: str = "accuracy") -> str:
+def table(team: Side, single: Side, budget: str, cap: int, metric: str = "accuracy",
+          trained_as: str = SINGLE_CONFIG) -> str:  # fmt: skip
     """Both sides with intervals, what they spent and their inference cost per item, then team minus single."""
     for s in (team, single):
         if metric not in s.method.scores:
@@ -254,7 +288,7 @@ def table(team: Side, single: Side, budget: str, cap: int, metric: str = "accura
     seeds = f"{len(team.spent)} seed{'s' if len(team.spent) > 1 else ''} a side"
     what = "training time" if budget == "time" else "sampled tokens"
     lines = [
-        f"equal {what}: {team.name} against a single agent ({SINGLE_CONFIG}'s GRPO), {seeds}",
+        f"equal {what}: {team.name} against a single agent (trained as {trained_as}), {seeds}",
         "",
         f"| side | method | {metric} [95% CI] | steps | train s | sampled tokens | tokens / item | calls / item |",
         "|---|---|---|---|---|---|---|---|",
@@ -278,5 +312,6 @@ def tables(path: Path, planned: Sequence[Planned], metric: str = "accuracy") -> 
     for budget in dict.fromkeys(p.budget for p in planned):
         runs = [p for p in planned if p.budget == budget]
         prefix = str(runs[0].run_dir).rsplit("-seed", 1)[0]
-        out.append(table(team, side(prefix, [p.run_dir for p in runs]), budget, runs[0].config.trainer.steps, metric))
+        out.append(table(team, side(prefix, [p.run_dir for p in runs]), budget, runs[0].config.trainer.steps, metric,
+                         runs[0].single))  # fmt: skip
     return "\n\n".join(out)

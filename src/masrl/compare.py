@@ -14,7 +14,9 @@ table says which interval it uses (`interval_note`).
 
 - `masrl compare RUN`: every method of the run's evaluation with its 95%
   interval, and the paired difference of the system's own method (listed
-  first: the trained policy) against each other method on the same items.
+  first: the trained policy) against each other method on the same items;
+  when the run also evaluated before training (step 0), the trained system
+  against itself untrained on the same items (`before_after`).
 - `masrl compare RUN_A RUN_B`: the two runs' methods side by side and the
   paired difference A - B of one method (default: each run's first).
 - `--step N` reads the evaluation after step N (`eval.every`) instead of the
@@ -152,12 +154,16 @@ def _seeds_cell(e: Evaluated, metric: str) -> str:
 
 
 def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy", two_level: bool = True) -> str:
-    """Markdown: each method's metric with its interval, and the first method minus it (paired)."""
+    """Markdown: each method's metric with its interval, and the first method minus it (paired; a method
+    alone has nothing to be set against)."""
     _metric_of(methods, metric)
-    first = methods[0]
+    first, d = methods[0], digits(metric)
+    if len(methods) == 1:
+        lines = [f"| method | {metric} [95% CI] |", "|---|---|",
+                 f"| {first.method} | {interval(first, metric, two_level).format(d)}{_seeds_cell(first, metric)} |"]
+        return "\n".join([*lines, "", interval_note(methods, two_level)])
     lines = [f"| method | {metric} [95% CI] | {first.method} minus it [95% CI] |", "|---|---|---|"]
     for m in methods:
-        d = digits(metric)
         diff = "" if m is first else difference(first, m, metric, two_level).format(d)
         lines.append(f"| {m.method} | {interval(m, metric, two_level).format(d)}{_seeds_cell(m, metric)} | {diff} |")
     return "\n".join([*lines, "", interval_note(methods, two_level)])
@@ -190,7 +196,9 @@ def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | 
         raise ValueError(f"give one --step for every run or one for all: {len(steps)} for {len(paths)} runs")
     at = list(steps) * len(paths) if len(steps) == 1 else list(steps) or [None] * len(paths)
     if len(paths) == 1:
-        return within_run_table(load_evaluated(paths[0], at[0]), metric, two_level)
+        table = within_run_table(load_evaluated(paths[0], at[0]), metric, two_level)
+        trained = since_untrained(paths[0], metric) if at[0] is None else None
+        return table if trained is None else f"{table}\n\n{trained.table()}"
     if len(paths) == 2:
         a, b = (f"{p}" + (f" (step {s})" if s is not None else "") for p, s in zip(paths, at))
         return between_runs_text(a, load_evaluated(paths[0], at[0]), b, load_evaluated(paths[1], at[1]),
@@ -238,3 +246,14 @@ def before_after(before: Sequence[ItemScores], after: Sequence[ItemScores], step
     x, y = align(a.ids, a.scores[metric], b.ids, b.scores[metric])
     return BeforeAfter(a.method, metric, steps, bootstrap_mean(y), bootstrap_mean(x), paired_difference(x, y))
 
+
+def since_untrained(run: Path, metric: str = "accuracy") -> BeforeAfter | None:
+    """A run directory's final evaluation against its evaluation before training (None without both)."""
+    r = RunDir(run)
+    saved = r.eval_files()
+    if not run.is_dir() or len(saved) < 2 or saved[0] != r.eval_path(0):
+        return None
+    before, after = read_eval_items(saved[0]), read_eval_items(saved[-1])
+    if before[0].method != after[0].method:  # not the same system evaluated twice
+        return None
+    return before_after(before, after, (0, int(saved[-1].stem.removeprefix("step-"))), metric)

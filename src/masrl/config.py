@@ -2,9 +2,10 @@
 
 This module only describes a config (field types, ranges, defaults, what each key means); it
 imports nothing of masrl. Reading one is `masrl.loading.load_config(path, overrides)`: YAML,
-dotted overrides, old layouts moved (masrl.migration), every field validated here and then the
-cross-checks between sections and against the chosen system and task family, all before any
-model loads (docs/architecture.md: the schema sits at the bottom, loading above the registry).
+dotted overrides, old layouts moved (masrl.migration), every field validated here (a section whose
+keys must fit each other checks them in its `check`, so a section with bad values is never built)
+and then the cross-checks between sections and against the chosen system and task family, all
+before any model loads (docs/architecture.md: the schema sits at the bottom, loading above the registry).
 A key that names a registered function or engine (algo.advantage, rollout.engine, ...) is a plain
 string here: its names are the tables where each is chosen (masrl.choices), which loading checks.
 """
@@ -15,7 +16,7 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 
 class ConfigError(ValueError):
@@ -82,6 +83,12 @@ class SamplerConfig(Section):
         description="round_robin: probability of forking at each agent, in acting order; "
         "independent forks at each of these len(fork_probs) agents",
     )
+
+    @model_validator(mode="after")
+    def check(self) -> "SamplerConfig":
+        if any(p < 0 for p in self.fork_probs) or sum(self.fork_probs) <= 0:
+            raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {self.fork_probs}")
+        return self
 
 
 class RolloutConfig(Section):
@@ -152,12 +159,19 @@ class RolloutConfig(Section):
         0.5, ge=0.0, le=1.0, description="on_system_error=drop: a rollout (a training step, an evaluation) that drops "
         "more than this share of its episodes stops the run as on_system_error=stop does"
     )
+    hook_timeout_s: float | None = Field(
+        300.0, gt=0.0, description="the longest one call of the system's own code (start, next_step, advance, "
+        "observe, eval_metrics) may run: one still running then is stopped where it is and handled as one that "
+        "raised (on_system_error; the line names the file and line it hung at). Enforced on the main thread "
+        "(SIGALRM), so not for rollout.env_threads > 0 or rollout.max_staleness > 0; null: no limit"
+    )
 
 
 class RewardConfig(Section):
     weights: dict[str, float] = Field(
         default_factory=lambda: {"correct": 1.0, "format": 0.1},
-        description="the reward of system.kind single (single-arithmetic, router-solver): the sum of weight x "
+        description="the reward of system.kind single (single-arithmetic, router-solver) and chain (correct "
+        "weighs the chain's final answer, format each call's own reply): the sum of weight x "
         "component over the task's two components, correct (1 when the task scores the extracted answer right, "
         "else 0) and format (1 for one non-empty <answer>...</answer> with nothing after it, 0.5 for a pair that "
         "breaks one of these, 0 for none; masrl/tasks/rewards.py); a component left out weighs 0. Every other "
@@ -165,6 +179,13 @@ class RewardConfig(Section):
         "reward (Transition.reward), used as it is: these weights do not touch it. The components a system "
         "reports are logged as reward/<name> either way",
     )
+
+    @model_validator(mode="after")
+    def check(self) -> "RewardConfig":
+        unknown = set(self.weights) - {"correct", "format"}
+        if unknown:
+            raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
+        return self
 
 
 class AlgoConfig(Section):
@@ -251,6 +272,12 @@ class TrainerConfig(Section):
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     micro_batch: int = Field(8, ge=1, description="sequences per forward/backward")
     max_grad_norm: float = Field(1.0, gt=0.0, description="gradient clipping: the global norm of each policy's gradient")
+    nonfinite: Literal["skip", "stop"] = Field(
+        "skip", description="an update whose gradient is not finite (a NaN or inf in a loss or a gradient): skip: "
+        "that optimiser step is not taken and is counted (metrics: <policy>/skipped_updates, present when not 0); "
+        "stop: the run stops with one line (exit code 1). Weights that an update leaves non-finite stop the run "
+        "either way, so no checkpoint holds a NaN"
+    )
     checkpoint_every: int = Field(10, ge=1, description="write a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept, the newest")
     log_episodes: int = Field(2, ge=0, description="episodes per step written to samples.jsonl (the batch's first N)")

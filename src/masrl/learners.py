@@ -34,7 +34,7 @@ from masrl.agents.policy import PolicyModel
 from masrl.algos.losses import value_loss
 from masrl.distributed import all_reduce_grads, shard, sum_metrics
 from masrl.types import Sample
-from masrl.update import UpdateSettings, length, micro_batches, update_policy
+from masrl.update import UpdateSettings, length, micro_batches, optimizer_step, update_policy
 
 FileWriter = Callable[[Path], None]
 CRITIC = "critic"  # the value learner's adapter and learner name (algo.advantage: gae)
@@ -106,8 +106,10 @@ class ValueLearner:
         epochs: int = 1,
         max_grad_norm: float = 1.0,
         weight_decay: float = 0.0,
+        nonfinite: str = "skip",
     ):
         self.name = name
+        self.nonfinite = nonfinite
         self.model = model
         self.clip = clip
         self.micro_batch = micro_batch
@@ -150,6 +152,7 @@ class ValueLearner:
         batches = micro_batches(shard(samples, key=length), self.micro_batch)  # this rank's slice
         normalizer = float(sum(len(s.response_ids) for s in samples))
         sums: dict[str, float] = defaultdict(float)
+        skipped = 0
         self.model.model.train()
         try:
             for _ in range(self.epochs):
@@ -164,12 +167,14 @@ class ValueLearner:
                     for k, x in metrics.items():
                         sums[k] += x if k == "value_loss" else x * share
                 all_reduce_grads(params)  # the other ranks' slices
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                self.optimizer.step()
+                grad_norm, stepped = optimizer_step(params, self.optimizer, self.max_grad_norm, self.nonfinite, self.name)
+                skipped += not stepped
         finally:
             self.model.model.eval()
             self.optimizer.zero_grad(set_to_none=True)
         out = {k: x / self.epochs for k, x in sum_metrics(sums).items()}
+        if skipped:  # as masrl.update's: only then
+            out["skipped_updates"] = float(skipped)
         out.update(grad_norm=float(grad_norm), samples=float(len(samples)), response_tokens=normalizer)
         return out
 

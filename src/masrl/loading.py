@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -115,12 +115,10 @@ def cross_checks(config: Config) -> None:
                          "other makes them differ by its noise alone; set model.lora_dropout=0")  # fmt: skip
     _check_task(config, spec)
     _check_sampler(config, spec)
-    check_engine(config)
+    check_engine(config.rollout, lora_rank=config.model.lora_rank, bases=config.model.bases,
+                 behavior_cap=config.algo.behavior_cap)  # fmt: skip
     if config.algo.advantage == "gae" and config.model.lora_rank == 0:
         raise ValueError("algo.advantage 'gae' puts the value head on its own LoRA adapter: set model.lora_rank > 0")
-    unknown = set(config.reward.weights) - {"correct", "format"}
-    if unknown:
-        raise ValueError(f"reward.weights has unknown components {sorted(unknown)}; known: correct, format")
     if spec.check is not None:
         spec.check(config)
 
@@ -164,8 +162,6 @@ def _check_sampler(config: Config, spec: SystemSpec) -> None:
     if s.rule not in spec.rules:
         raise ValueError(f"sampler.rule {s.rule!r} does not fit system.kind {config.system.kind!r}; "
                          f"its rules: {', '.join(spec.rules)}")  # fmt: skip
-    if any(p < 0 for p in s.fork_probs) or sum(s.fork_probs) <= 0:
-        raise ValueError(f"sampler.fork_probs must be >= 0 and not all 0, got {s.fork_probs}")
 
 
 def _check_files(config: Config) -> list[str]:
@@ -211,5 +207,6 @@ def _did_you_mean(loc: tuple, section: type[BaseModel] = Config) -> str:
     return f"; did you mean '{close[0]}'?" if close else f"; known keys: {known}"
 
 
-def dump_config(config: Config, path: Path) -> None:
-    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+def dump_config(data: Mapping, path: Path) -> None:
+    """Write a resolved config's data (`config.model_dump(mode="json")`) as YAML that `load_config` reads back."""
+    atomic_write_text(path, yaml.safe_dump(dict(data), sort_keys=False))

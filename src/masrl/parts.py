@@ -43,7 +43,7 @@ import torch
 from masrl import distributed
 from masrl.agents.base import Agent
 from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
-from masrl.config import Config, ConfigError
+from masrl.config import Config, ConfigError, SamplerConfig, TrainerConfig
 from masrl.device import Placement, placement
 from masrl.generation.engine import resolve_engine, sampler
 from masrl.generation.ray import RayWorkers, WorkerSpec
@@ -172,13 +172,14 @@ def update_settings(config: Config) -> UpdateSettings:
         behavior_cap=a.behavior_cap,
         share_prompts=t.share_prompts,
         micro_batch_tokens=t.micro_batch_tokens,
+        nonfinite=t.nonfinite,
     )
 
 
-def config_placement(config: Config) -> Placement:
+def config_placement(trainer: TrainerConfig) -> Placement:
     """Where this process's models go: `trainer.device`/`precision`, the GPU of $LOCAL_RANK on CUDA."""
     try:
-        return placement(config.trainer.device, config.trainer.precision)
+        return placement(trainer.device, trainer.precision)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -203,7 +204,8 @@ def build_parts(config: Config, model: Any = None) -> Parts:
 def system_errors(config: Config) -> SystemErrors:
     """What a rollout does when the system's own code raises, and where its tracebacks go."""
     r = config.rollout
-    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log")
+    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log",
+                        r.hook_timeout_s)  # fmt: skip
 
 
 def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
@@ -220,7 +222,7 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
     if gae:
         check_one_tokenizer(models, CRITIC)
     learners, critic = build_learners(config, models, built)
-    rule = build_rule(config)
+    rule = build_rule(config.sampler, config.run.seed)
     # Generation services last: remote workers start from the trainer's sampling generator as it is
     # now, after every initialisation above has drawn from it (masrl.generation.ray).
     env = EnvSteps(config.rollout.env_threads) if config.rollout.env_threads else None
@@ -259,7 +261,7 @@ def load_bases(
     plan = base_plan(policies, m.bases, m.name, extra=[CRITIC] if config.algo.advantage == "gae" else [])
     models: dict[str, PolicyModel] = {}  # adapter -> its base
     names: dict[str, str] = {}  # adapter -> its base's model name
-    place = config_placement(config)
+    place = config_placement(config.trainer)
     for name, adapters in plan.items():  # a system trained only through heads (built.heads) loads no base
         loaded = (
             model if model is not None and name == m.name else load_model(name, seed=config.run.seed, dtype=place.weights)
@@ -286,20 +288,19 @@ def build_learners(
     c = config.critic
     critic = ValueLearner(
         models[CRITIC], CRITIC, lr=c.lr, clip=c.value_clip, micro_batch=c.micro_batch, epochs=c.epochs,
-        max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay,
+        max_grad_norm=t.max_grad_norm, weight_decay=c.weight_decay, nonfinite=t.nonfinite,
     )  # fmt: skip
     learners[CRITIC] = critic
     return learners, critic
 
 
-def build_rule(config: Config) -> BranchRule | Planner:
-    """The sampler (`sampler.rule`) with its options."""
-    s = config.sampler
+def build_rule(sampler: SamplerConfig, seed: int) -> BranchRule | Planner:
+    """The sampler (`sampler.rule`) with its options; `seed` is run.seed."""
     options = {
-        "round_robin": {"probs": tuple(s.fork_probs), "seed": config.run.seed},
-        "independent": {"agents": len(s.fork_probs)},
+        "round_robin": {"probs": tuple(sampler.fork_probs), "seed": seed},
+        "independent": {"agents": len(sampler.fork_probs)},
     }
-    return BRANCH_RULES[s.rule](s.group_size, **options.get(s.rule, {}))
+    return BRANCH_RULES[sampler.rule](sampler.group_size, **options.get(sampler.rule, {}))
 
 
 def build_services(
@@ -332,7 +333,7 @@ def start_remote(config: Config, base: PolicyModel, model_name: str, given_model
     """The remote engine that generates for `base`'s adapters: inference servers, Ray workers, or None (in process)."""
     r = config.rollout
     if r.engine == "openai":
-        return InferenceServers(config, model_name, base)
+        return InferenceServers(r, config.run.dir, model_name, base)
     if not r.workers:
         return None
     if given_model:

@@ -5,7 +5,7 @@ own `system` section) into one `Key` per leaf field, dotted as a command-line ov
 (`trainer.batch_size`), with its type, default, description and bounds (`ge=1`: `>= 1`); a key
 that names a registered function or engine shows its names, read from its table (masrl.choices). `masrl config [CONFIG]`
 prints them (`config_text`, with the values a config gives where they differ from the default) and
-docs/config.md is `config_markdown()` as it stands (tests/test_config_reference.py keeps the page
+docs/config.md is `config_markdown()` as it stands (tests/test_reference.py keeps the page
 current), so the page, the command and the schema cannot drift apart.
 """
 

@@ -1,13 +1,14 @@
 """Phases 2-3 of a training step: credit, grouping and advantages, from episodes to per-policy samples.
 
-`score(episodes, config)`: credit converts each episode tree's rewards into a
+`score(episodes, algo)`: credit converts each episode tree's rewards into a
 return per trainable call (`algo.credit`), the calls are grouped (`algo.grouping`:
 which calls compare) and the advantage estimator normalises the returns within each
 group (`algo.advantage`). With `algo.advantage: gae` (PPO) the value model scores
 every response token instead and GAE runs along each root-to-leaf path (`score_gae`),
 giving per-token advantages to the policies and value targets to the value learner.
 Every trainable call becomes a `Sample` of its policy's batch. Pure functions of the
-episodes and the config (and, for gae, the value model's predictions).
+episodes and the algo section (and, for gae, the value model's predictions and
+`critic.whiten_advantages`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from masrl.algos.advantages import ADVANTAGES, group_ids_from_keys
 from masrl.algos.credit import CREDITS, GROUPINGS, SAMPLE_WEIGHTS, per_agent_weights, trainable_calls
 from masrl.algos.gae import token_gae, trajectories, whiten
-from masrl.config import Config
+from masrl.config import AlgoConfig
 from masrl.learners import CRITIC, ValueLearner
 from masrl.types import Episode, Sample, TrainingError
 
@@ -37,13 +38,14 @@ class Scored:
     groups: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
-def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | None = None) -> Scored:
+def score(episodes: Sequence[Episode], algo: AlgoConfig, critic: ValueLearner | None = None,
+          whiten_advantages: bool = True) -> Scored:  # fmt: skip
     """Credit, grouping and advantages: episodes in, per-policy samples out.
 
-    `algo.advantage: gae` is the token-level phase `score_gae` instead (it needs `critic`)."""
-    algo = config.algo
+    `algo.advantage: gae` is the token-level phase `score_gae` instead (it needs `critic`;
+    `whiten_advantages` is the critic section's)."""
     if algo.advantage == "gae":
-        return score_gae(episodes, config, critic)
+        return score_gae(episodes, algo, critic, whiten_advantages)
     returns = [CREDITS[algo.credit](ep, algo.gamma) for ep in episodes]
     calls = trainable_calls(episodes)
     if not calls:
@@ -76,7 +78,8 @@ def score(episodes: Sequence[Episode], config: Config, critic: ValueLearner | No
     )
 
 
-def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner | None) -> Scored:
+def score_gae(episodes: Sequence[Episode], algo: AlgoConfig, critic: ValueLearner | None,
+              whiten_advantages: bool) -> Scored:  # fmt: skip
     """PPO's advantage phase (GAE from a learned value model, as CoRL trains its controller; masrl.algos.gae).
 
     The value model scores the state before every response token of every
@@ -87,7 +90,6 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
     the value learner gets the per-token returns and the values it predicted."""
     if critic is None:
         raise TrainingError("algo.advantage 'gae' needs a value learner (the engine builds one for it)")
-    algo = config.algo
     calls = trainable_calls(episodes)
     if not calls:
         return Scored({}, {}, {})
@@ -99,7 +101,7 @@ def score_gae(episodes: Sequence[Episode], config: Config, critic: ValueLearner 
     targets = token_gae(trajectories(episodes), old, algo.gamma, algo.lam)
     keys = [(i, c.id) for i, c in calls]
     flat_adv = torch.tensor([a for k in keys for a in targets[k].advantages], dtype=torch.float64)  # [N tokens]
-    if config.critic.whiten_advantages:
+    if whiten_advantages:
         flat_adv = whiten(flat_adv)
     flat_ret = torch.tensor([g for k in keys for g in targets[k].returns], dtype=torch.float64)
     flat_val = torch.tensor([v for k in keys for v in old[k]], dtype=torch.float64)

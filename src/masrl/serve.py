@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry, Counter
 from masrl.agents.base import CountsAttempts
 from masrl.agents.policy import PolicyAgent
 from masrl.generation.sampling import SamplingParams
-import masrl.http  # create_app is looked up when called: a caller may replace it (tests/test_bases.py)
+import masrl.http  # create_app is looked up when called: a caller may replace it (tests/test_parts.py)
 from masrl.config import ConfigError
 from masrl.http.protocol import ChatRequest, Completion, HTTPError, ModelCard
 from masrl.rollout.tree import Parallel, rollout

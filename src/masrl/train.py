@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from masrl import distributed
 from masrl.checkpoint import read_meta
-from masrl.config import Config, ConfigError
+from masrl.config import Config, ConfigError, TrainerConfig
 from masrl.loading import load_config
 from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
@@ -94,7 +94,8 @@ def train_step(
         first = next(c.error for ep in episodes for c in ep.calls if c.error)
         raise TrainingError(f"step {step}: every episode failed; first error: {first}")
     t1 = time.perf_counter()
-    scored = score(episodes, engine.config, engine.critic)  # 2-3. score and advantage
+    config = engine.config
+    scored = score(episodes, config.algo, engine.critic, config.critic.whiten_advantages)  # 2-3. score and advantage
     t_scoring = time.perf_counter() - t1
     if engine.hooks.observe is not None:  # a system's own step metrics (e.g. usage, dual ascent)
         metrics.update(engine.hooks.observe(episodes))
@@ -138,13 +139,13 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
         config = load_config(run.config)
     processes = config.trainer.processes
     if processes > 1 and not distributed.launched():
-        launch_ranks(_rank_train, config, run, resume is not None, model)
+        launch_ranks(_rank_train, config.model_dump(mode="json"), config.trainer, run, resume is not None, model)
         return run.path
     if distributed.launched():
         if processes > 1 and int(os.environ["WORLD_SIZE"]) != processes and distributed.rank() == 0:
             print(f"masrl: note: WORLD_SIZE={os.environ['WORLD_SIZE']} processes were started for the run; "
                   f"trainer.processes={processes} is ignored", file=sys.stderr)  # fmt: skip
-        distributed.init_from_env(config_placement(config).device, config.trainer.timeout_minutes)
+        distributed.init_from_env(config_placement(config.trainer).device, config.trainer.timeout_minutes)
     try:
         result = _train(config, run, resume is not None, model)
     except BaseException:
@@ -181,7 +182,7 @@ def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals
     if distributed.is_main():  # rank 0 owns the run directory; every rank starts where it says
         try:
             held.enter_context(hold(run, "masrl train"))  # one writer; under trainer.processes=N, the launcher's
-            plan = (prepare_run_dir(run, config, resuming), None)
+            plan = (prepare_run_dir(run, config.model_dump(mode="json"), config.trainer.steps, resuming), None)
         except (TrainingError, ConfigError, EnvironmentProblem) as exc:
             plan = (None, exc)
     start, error = distributed.broadcast(plan)
@@ -225,9 +226,9 @@ def _run(engine: Parts, config: Config, run: RunDir, start: int, signals: Signal
         engine.publish(start)  # remote engines generate with the restored adapters (version = step)
     logger = RunLogger(run, purge_after=start) if main else None
     if start == 0 and config.eval.before and main:
-        log_eval(engine, logger, 0, "before")
-    elif main and eval_due(config, start) and not run.logged(start, "eval"):
-        log_eval(engine, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
+        log_eval(engine, config.eval, logger, 0, "before")
+    elif main and eval_due(config.eval, start, config.trainer.steps) and not run.logged(start, "eval"):
+        log_eval(engine, config.eval, logger, start, f"step {start}")  # the evaluation a signal skipped to stop sooner
     # rollout.max_staleness = k > 0: the next k steps' episodes are generated on a background
     # thread while this one updates (the workers or servers do the model work), step t's with the
     # adapters of version max(start, t - 1 - k), whatever the trainer has published meanwhile.
@@ -256,7 +257,7 @@ def _loop(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLog
     if signalled is not None:
         raise Interrupted(interrupted_message(signalled, saved, cfg.steps, start, run))
     if main:  # evaluation runs once
-        log_eval(engine, logger, last, "after", final=True)
+        log_eval(engine, config.eval, logger, last, "after", final=True)
         if engine.spec.evaluate is None:  # a system with its own evaluation reports its own results
             report_before_after(run, last)
     return run.path
@@ -279,7 +280,7 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
             t0 = time.perf_counter()
             trained = train_step(engine, step, ahead, failures)  # 1-4. sample, score, advantage, update
             if main:  # 5. log
-                _log_step(logger, bar, config, step, trained)
+                _log_step(logger, bar, cfg, step, trained)
             last = step
             step_seconds = time.perf_counter() - t0
             step_tokens = trained.metrics["calls"] * trained.metrics["response_tokens_mean"]  # generated this step
@@ -289,9 +290,9 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
                 (out_of_time(trained_seconds + step_seconds, step_seconds, cfg.max_minutes)
                  or out_of_tokens(sampled_tokens, step_tokens, cfg.max_sampled_tokens), signals.received))  # fmt: skip
             final = step == cfg.steps or stop or signalled is not None
-            if eval_due(config, step) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
+            if eval_due(config.eval, step, cfg.steps) and not final and main:  # 6. evaluate (a signal's: when resumed, in _run)
                 step_seconds += _settle(ahead)
-                log_eval(engine, logger, step, f"step {step}")
+                log_eval(engine, config.eval, logger, step, f"step {step}")
             t_checkpoint = time.perf_counter()
             if step % cfg.checkpoint_every == 0 or final:  # 7. checkpoint
                 # Rollouts sampled ahead are mid-batch on the workers: their generators cannot be read between
@@ -319,11 +320,11 @@ def _steps(engine: Parts, config: Config, run: RunDir, start: int, logger: RunLo
 
 
 # ------------------------------------------------------------------ the loop's phases
-def _log_step(logger: RunLogger, bar: tqdm, config: Config, step: int, trained: TrainedStep) -> None:
+def _log_step(logger: RunLogger, bar: tqdm, trainer: TrainerConfig, step: int, trained: TrainedStep) -> None:
     """The step's metrics; its first episode trees on the first step and every `log_episodes_every`-th."""
     logger.log(step, trained.metrics)
-    if step % config.trainer.log_episodes_every == 0 or step == 1:
-        logger.episodes(step, trained.episodes[: config.trainer.log_episodes], trained.scored)
+    if step % trainer.log_episodes_every == 0 or step == 1:
+        logger.episodes(step, trained.episodes[: trainer.log_episodes], trained.scored)
     metrics = trained.metrics
     bar.set_postfix(reward=f"{metrics['reward']:.3f}", tok_s=f"{metrics['gen_tokens_per_s']:.0f}")
     bar.update(1)

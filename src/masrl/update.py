@@ -17,6 +17,11 @@ With several processes (masrl.distributed) each rank runs this on its slice
 of the batch with the whole batch's normaliser; the slices' gradients are
 summed over ranks before clipping, and the metric sums likewise, so N
 processes take the step one process would.
+
+A step whose gradient is not finite is never taken (`optimizer_step`): it is
+skipped and counted (`skipped_updates`, `trainer.nonfinite: skip`) or stops the
+run (`stop`), and weights that a step left non-finite stop the run, so no
+checkpoint can hold a NaN.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import torch
 from masrl.agents.policy import PolicyModel
 from masrl.algos.losses import behavior_metrics, behavior_weights, total_loss
 from masrl.distributed import all_reduce_grads, gather, shard, sum_metrics
-from masrl.types import Sample
+from masrl.types import Sample, TrainingError
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class UpdateSettings:
     behavior_cap: float | None = None
     share_prompts: bool = True  # run each distinct prompt of a micro-batch once (PolicyModel._shared_prompt_logprobs)
     micro_batch_tokens: int | None = 1536  # cap on a micro-batch's forward tokens (micro_batches)
+    nonfinite: str = "skip"  # a step whose gradient is not finite: skip it (counted) or stop (optimizer_step)
 
 
 def length(sample: Sample) -> int:
@@ -112,6 +118,7 @@ def update_policy(
 
     sums: dict[str, float] = defaultdict(float)
     extremes: dict[str, float] = {}  # behavior_weight_min / _max over every micro-batch
+    skipped = 0
     model.model.train()
     try:
         for _ in range(settings.epochs):
@@ -130,14 +137,16 @@ def update_policy(
                 for k, v in metrics.items():
                     sums[k] += v * share if k not in ("loss", "pg_loss") else v
             all_reduce_grads(params)  # the other ranks' slices
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)
-            optimizer.step()
+            grad_norm, stepped = optimizer_step(params, optimizer, settings.max_grad_norm, settings.nonfinite, policy)
+            skipped += not stepped
     finally:
         model.model.eval()
         optimizer.zero_grad(set_to_none=True)
     out = {k: v / settings.epochs for k, v in sum_metrics(sums).items()}
     if settings.decoupled:
         out.update(spread(out, extremes))
+    if skipped:  # only then: a run's metric keys stay those of every run before (tests/test_seeded_metrics.py)
+        out["skipped_updates"] = float(skipped)
     out["grad_norm"] = float(grad_norm)
     out["samples"] = float(len(samples))
     out["response_tokens"] = tokens
@@ -167,6 +176,30 @@ def _micro_batch(
     if settings.decoupled:
         metrics.update(behavior_metrics(old_logp, behav, mask, settings.behavior_cap))
     return metrics, mask
+
+
+def optimizer_step(
+    params: Sequence[torch.nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float, nonfinite: str,
+    name: str,
+) -> tuple[torch.Tensor, bool]:  # fmt: skip
+    """Clip the gradient and step, unless the gradient is not finite: the norm, and whether it stepped.
+
+    A NaN or inf in a loss reaches the gradient (backward of NaN is NaN), so the summed gradient's norm
+    checks the losses too; after the all-reduce it is the same on every rank, so all ranks skip or stop
+    together. `nonfinite` 'skip' leaves the weights and the optimiser's moments as they were (the
+    caller counts it); 'stop' stops the run. Weights that are not finite after a step (a learning rate
+    that overflows them) stop the run whatever the setting: the step's checkpoint is never written."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    if not torch.isfinite(grad_norm):
+        if nonfinite == "stop":
+            raise TrainingError(f"{name}'s gradient is not finite (norm {float(grad_norm)}) and trainer.nonfinite is "
+                                "stop; the checkpoints hold the steps before this one")  # fmt: skip
+        return grad_norm, False
+    optimizer.step()
+    if not all(bool(torch.isfinite(p).all()) for p in params):
+        raise TrainingError(f"{name}'s weights are not finite after an update (trainer.lr {optimizer.defaults['lr']:g} "
+                            "too large?); the checkpoints hold the steps before this one")  # fmt: skip
+    return grad_norm, True
 
 
 EXTREMES = {"behavior_weight_min": min, "behavior_weight_max": max}

@@ -158,18 +158,28 @@ def eval_tables(name: str, paths: Sequence[Path]) -> list[Table]:
             except ValueError:
                 continue
     tables = []
+    untrained = by_step.get("step-000000")
     for stem, per_run in sorted(by_step.items()):
         if len(per_run) != len(paths):  # a step not every seed evaluated
             continue
         methods = pool_methods(per_run)
         metrics = [k for k in ("accuracy", "f1", "em", "cost", "tokens") if all(k in m.scores for m in methods)]
         first = methods[0]
+        # A system evaluated alone (a program run: no baselines) is set against itself before training.
+        before = None
+        if len(methods) == 1 and untrained is not None and len(untrained) == len(paths) and stem != "step-000000":
+            before = next((m for m in pool_methods(untrained) if m.method == first.method), None)
         cols = ["method", *[f"{'cost $/item' if k == 'cost' else k} [95% CI]" for k in metrics]]
-        cols += [f"{first.method} minus it, {k} [95% CI]" for k in metrics[:1]]
+        if len(methods) > 1 or before is not None:
+            against = "untrained (step 0)" if before else "it"
+            cols += [f"{first.method} minus {against}, {k} [95% CI]" for k in metrics[:1]]
         rows = []
         for m in methods:
             cells = [m.method, *[interval(m, k).format(6 if k == "cost" else 3) for k in metrics]]
-            cells += ["" if m is first else difference(first, m, k).format() for k in metrics[:1]]
+            if before is not None:
+                cells += [difference(first, before, k).format() for k in metrics[:1]]
+            elif len(methods) > 1:
+                cells += ["" if m is first else difference(first, m, k).format() for k in metrics[:1]]
             rows.append(tuple(cells))
         seeds = f", {len(paths)} seeds pooled per item" if len(paths) > 1 else ""
         caption = f"{name}: evaluation at step {int(stem.split('-')[1])}, {len(first.ids)} items{seeds}"

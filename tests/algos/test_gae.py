@@ -125,7 +125,8 @@ def gae_config(*extra):
 def test_score_phase_hands_per_token_advantages_to_the_policy_and_targets_to_the_critic():
     ep = Episode(TASK, (trained("0", 3), frozen("0.0", reward=0.5), trained("0.0.0", 2, reward=1.0, done=True)))
     critic = FakeCritic({(1, 2, 1): [0.1, 0.2, 0.3], (1, 2, 5): [0.6, 0.9]})
-    scored = score([ep], gae_config("critic.whiten_advantages=false"), critic)
+    config = gae_config("critic.whiten_advantages=false")
+    scored = score([ep], config.algo, critic, config.critic.whiten_advantages)
     assert critic.asked == 1  # one batched request for every call
     policy = scored.samples["controller"]
     assert [s.advantage for s in policy] == [pytest.approx((1.4, 1.3, 1.2)), pytest.approx((0.4, 0.1))]
@@ -134,7 +135,8 @@ def test_score_phase_hands_per_token_advantages_to_the_policy_and_targets_to_the
     assert [s.values for s in value] == [pytest.approx((0.1, 0.2, 0.3)), pytest.approx((0.6, 0.9))]
     assert scored.advantages[(0, "0")] == pytest.approx(1.3)
 
-    whitened = score([ep], gae_config(), critic).samples["controller"]
+    config = gae_config()
+    whitened = score([ep], config.algo, critic, config.critic.whiten_advantages).samples["controller"]
     flat = torch.tensor([a for s in whitened for a in s.advantage])
     raw = torch.tensor([1.4, 1.3, 1.2, 0.4, 0.1])
     assert flat.tolist() == pytest.approx(((raw - raw.mean()) / raw.std(unbiased=False)).tolist(), abs=1e-6)
@@ -143,7 +145,7 @@ def test_score_phase_hands_per_token_advantages_to_the_policy_and_targets_to_the
 def test_score_phase_without_a_critic_is_a_clear_error():
     ep = Episode(TASK, (trained("0", 1, reward=1.0, done=True),))
     with pytest.raises(TrainingError, match="value learner"):
-        score([ep], gae_config(), None)
+        score([ep], gae_config().algo, None)
 
 
 # ---------------------------------------------------------------- the loop with a critic

@@ -10,6 +10,8 @@
 - the lean loop through the plain decoder samples what the loop through HF's forward samples, and the
   fixed-shape loop (CUDA graphs) what the plain loop samples (masrl.generation.forwards);
 - `rollout.engine=lean` trains end to end;
+- a rollout's calls from different episodes and agents reach the engine as one batch, and greedy
+  rows come out as each would alone;
 - `rollout.precision: bf16`: sampled calls carry each token's sampling log-prob (near the trainer's, not
   equal to it), asked for or not, and greedy calls run float32, token for token the float32 engine's;
   the update weighs each bf16-sampled token by pi_trainer / pi_bf16.
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -25,15 +28,17 @@ import torch
 from generation_cases import make_policy, prompts
 from transformers.generation.logits_process import TopPLogitsWarper
 
-from masrl.agents.policy import LoraSpec, PolicyModel
+from masrl.agents.policy import LoraSpec, PolicyAgent, PolicyModel
 from masrl.device import placement
 from masrl.generation.hf import HFEngine
 from masrl.generation.lean import LeanEngine, MergedWeights, sample_batch, top_p_filter
 from masrl.generation.llama import bf16_supported
 from masrl.generation.sampling import SamplingParams
+from masrl.generation.service import GenerationService
 from masrl.models import load_model
+from masrl.rollout.tree import Parallel, Step, Transition, rollout
 from masrl.train import train
-from masrl.types import Sample
+from masrl.types import Message, Sample, TaskItem
 from masrl.update import UpdateSettings, update_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -151,6 +156,47 @@ def test_training_with_the_lean_engine(tiny_config, parity_reward):
     run = train(tiny_config("trainer.steps=2", "eval.before=false", "rollout.engine=lean"))
     metrics = [line for line in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in line]
     assert len(metrics) == 2
+
+
+class OneCall:
+    """One call per episode: even tasks ask `writer`, odd ones `reader` (both the policy `red`)."""
+
+    def start(self, task):
+        return task
+
+    def next_step(self, task):
+        agent = ("writer", "reader")[int(task.id) % 2]
+        return Step(agent, agent, 0, (Message("user", task.question),))
+
+    def advance(self, task, step, reply):
+        return Transition(task, action=reply.text, reward=0.0, done=True)
+
+
+def test_calls_from_different_episodes_and_agents_are_one_batch_and_greedy_rows_are_as_alone():
+    """Greedy only: a sampled batch draws its rows' uniforms from one stream, in row order
+    (`sample_batch`), so a sampled row depends on its place in the batch; the seeded runs
+    (tests/test_seeded_metrics.py) pin those batches as they are cut."""
+    pm = make_policy()
+    lean = LeanEngine(pm)
+    seen = []
+
+    def generate(prompts, params, policy):
+        seen.append([list(p) for p in prompts])
+        return lean.generate(prompts, params, policy)
+
+    service = GenerationService(generate)
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    agents = {name: PolicyAgent(name, "red", service, pm, params) for name in ("writer", "reader")}
+    tasks = [TaskItem(id=str(i), question=f"question {i}: " + "why " * i, answer="") for i in range(6)]
+    together = asyncio.run(rollout(OneCall(), agents, tasks, Parallel(1)))
+    alone = [asyncio.run(rollout(OneCall(), agents, [t], Parallel(1)))[0] for t in tasks]
+
+    calls = [ep.calls[0] for ep in together]
+    assert [c.agent for c in calls] == ["writer", "reader"] * 3
+    assert seen[0] == [list(c.reply.prompt_ids) for c in calls]  # one generate call: every episode, both agents
+    assert [len(b) for b in seen] == [6, 1, 1, 1, 1, 1, 1]
+    assert [c.reply.response_ids for c in calls] == [ep.calls[0].reply.response_ids for ep in alone]
+    assert len({c.reply.response_ids for c in calls}) > 1  # the rows differ: a real comparison
 
 
 def test_the_plain_loop_samples_what_the_hf_loop_samples():

@@ -10,6 +10,7 @@ import asyncio
 from generation_cases import FakeGenerate
 
 from masrl.generation.sampling import SamplingParams
+from masrl.generation import service as service_module
 from masrl.generation.service import BusyClock, GenerationService
 
 GREEDY = SamplingParams(max_new_tokens=4, temperature=0.0)
@@ -79,6 +80,55 @@ def test_generate_exception_reaches_every_waiting_caller_and_the_service_recover
     fake.fail = None
     [out] = asyncio.run(gather_requests(service, [([7, 8], SAMPLE, "a")]))
     assert out.response_ids == (8, 7)
+
+
+class Clients:
+    """An upstream (the gateway's part): `n` outside clients, each sending one request."""
+
+    def __init__(self, n: int):
+        self.n, self.sent = n, 0
+
+    def coming(self) -> bool:
+        return self.sent < self.n
+
+
+async def clients_ms_apart(service, clients: Clients):
+    async def client(i):
+        await asyncio.sleep(0.05 * i)  # milliseconds apart, as programs calling over HTTP are
+        clients.sent += 1
+        return await service.generate([i], SAMPLE, "a")
+
+    return await asyncio.gather(*(client(i) for i in range(clients.n)))
+
+
+def test_requests_an_upstream_says_are_coming_share_a_batch(monkeypatch):
+    """Alone, requests milliseconds apart are cut into several batches; with the upstream listened to,
+    the batch waits until nothing more is coming (here with no time bound: `hold` is patched)."""
+    fake = FakeGenerate()
+    asyncio.run(clients_ms_apart(GenerationService(fake), Clients(3)))
+    assert fake.batches[0][0] == [[0]] and len(fake.batches) > 1
+
+    monkeypatch.setattr(GenerationService, "hold", lambda self: 60.0)
+    fake.batches.clear()
+    service = GenerationService(fake)
+    clients = Clients(3)
+    service.listen(clients)
+    outs = asyncio.run(clients_ms_apart(service, clients))
+    assert [b[0] for b in fake.batches] == [[[0], [1], [2]]]
+    assert [o.response_ids for o in outs] == [(0,), (1,), (2,)]
+
+
+def test_the_hold_is_a_share_of_the_mean_batch_bounded_and_an_upstream_that_never_calls_only_delays():
+    service = GenerationService(FakeGenerate())
+    assert service.hold() == service_module.FIRST_HOLD  # nothing timed yet
+    service.stats.batches, service.stats.seconds = 4, 2.0
+    assert service.hold() == service_module.HOLD_SHARE * 0.5
+    service.stats.seconds = 400.0
+    assert service.hold() == service_module.MAX_HOLD
+    service = GenerationService(FakeGenerate())
+    service.listen(Clients(1))  # says a request is coming, never sends it
+    outs = asyncio.run(gather_requests(service, [([5], SAMPLE, "a")]))
+    assert outs[0].response_ids == (5,)
 
 
 def test_max_tokens_cuts_a_batch_by_rows_times_its_widest_row():

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
+import signal
 from pathlib import Path
 
+import faulty_system
+import numpy as np
 import pytest
 from faulty_system import Faulty, FaultyConfig
 
 from masrl.rollout.hooks import SystemHooks, check_system
 from masrl.rollout.rules import FullTree
-from masrl.rollout.system_errors import SystemErrors, raised_at
+from masrl.rollout.system_errors import BadValue, SystemErrors, finite_reward, raised_at
 from masrl.rollout.tree import EnvSteps, Parallel, rollout
 from masrl.sandbox import SandboxError
 from masrl.types import Reply, SystemCodeError, TaskItem
@@ -226,3 +231,56 @@ def test_an_optional_hook_that_raises_stops_with_one_line(tmp_path):
         hooks.observe([])
     assert str(raised.value).startswith("system 'mysys' raised in observe (test_tree_system_errors.py:")
     assert str(raised.value).endswith(f"ZeroDivisionError: division by zero (traceback in {tmp_path / 'errors.log'})")
+
+
+# ---------------------------------------------------------------- issue 50: bad rewards, hooks that hang
+@pytest.mark.parametrize(("value", "taken"), [(1, 1.0), (0.5, 0.5), (True, 1.0), (False, 0.0), (np.float32(0.25), 0.25),
+                                              (np.int64(2), 2.0)])  # fmt: skip
+def test_a_finite_reward_is_taken_as_a_float(value, taken):
+    assert finite_reward("reward", value) == taken and type(finite_reward("reward", value)) is float
+
+
+@pytest.mark.parametrize(("value", "shown"), [(math.nan, "reward=nan"), (-math.inf, "reward=-inf"),
+                                              ("1", "reward='1' (str)"), (None, "reward=None (NoneType)")])  # fmt: skip
+def test_a_reward_that_is_no_finite_number_is_refused(value, shown):
+    with pytest.raises(BadValue, match=re.escape(f"{shown} is not a finite number (a reward is an int, float or bool)")):
+        finite_reward("reward", value)
+
+
+def test_a_bad_reward_drops_the_episode_it_is_in_naming_the_hook_and_the_value():
+    episodes = run(faulty(reward="nan"), SystemErrors("mysys", "drop", max_dropped=1.0), items=ITEMS[:1])
+    assert episodes[0].dropped == (f"the system returned a bad value from advance (faulty_system.py:{def_line('advance')}): "
+                                   "reward=nan is not a finite number (a reward is an int, float or bool)")  # fmt: skip
+
+
+def spin(seconds: float) -> None:
+    """A hang that never sleeps: a busy loop in pure Python."""
+    while True:
+        pass
+
+
+def test_a_hook_past_its_limit_is_stopped_where_it_hangs_and_dropped(monkeypatch):
+    monkeypatch.setattr(faulty_system.time, "sleep", spin)
+    errors = SystemErrors("mysys", "drop", max_dropped=1.0, timeout_s=0.2)
+    episodes = run(faulty(hangs=True), errors)  # it hangs on item 1 only
+    hangs = next(i for i, line in enumerate(SOURCE.read_text().splitlines(), 1) if line.endswith("# HANGS"))
+    assert [ep.dropped for ep in episodes] == [None, f"the system hung in advance (faulty_system.py:{hangs}): it did "
+                                               "not return within 0.2 s (rollout.hook_timeout_s)", None, None]  # fmt: skip
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing left armed
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL  # the handler put back
+
+
+def test_a_hook_that_returns_in_time_is_not_stopped():
+    assert [ep.dropped for ep in run(faulty(), SystemErrors("mysys", "stop", timeout_s=5.0))] == [None] * 4
+
+
+class ReturnsNothing(Faulty):
+    def advance(self, state, step, reply):
+        return None
+
+
+def test_an_advance_that_returns_no_transition_fails_as_a_raise_does():
+    with pytest.raises(SystemCodeError) as raised:
+        run(ReturnsNothing(FaultyConfig(kind="faulty_system:SYSTEM")), SystemErrors("mysys"))
+    assert re.fullmatch(r"system 'mysys' returned a bad value from advance \(test_tree_system_errors\.py:\d+\): "
+                        r"NoneType instead of a Transition", str(raised.value)), str(raised.value)  # fmt: skip

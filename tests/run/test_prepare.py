@@ -30,9 +30,10 @@ def _checkpoint(run: Path, step: int) -> None:
 
 def test_undo_new_run_removes_only_what_the_run_made(tmp_path):
     config = load_config("single-arithmetic", ["model.name=tiny"])
+    data = config.model_dump(mode="json")
     run = tmp_path / "a" / "b" / "run"
     with hold(RunDir(run), "masrl train"):  # the lock makes the directories, and takes them back while empty
-        start = prepare_run_dir(RunDir(run), config, resuming=False)
+        start = prepare_run_dir(RunDir(run), data, config.trainer.steps, resuming=False)
         assert start.new_config and (run / "config.yaml").exists()
         undo_new_run(RunDir(run), start)
     assert not (tmp_path / "a").exists()
@@ -41,7 +42,7 @@ def test_undo_new_run_removes_only_what_the_run_made(tmp_path):
     mine.mkdir()
     (mine / "notes.txt").write_text("keep")
     with hold(RunDir(mine), "masrl train"):
-        start = prepare_run_dir(RunDir(mine), config, resuming=False)
+        start = prepare_run_dir(RunDir(mine), data, config.trainer.steps, resuming=False)
         assert (mine / "config.yaml").exists()
         undo_new_run(RunDir(mine), start)
     assert sorted(p.name for p in mine.iterdir()) == [".lock", "notes.txt"]
@@ -49,18 +50,19 @@ def test_undo_new_run_removes_only_what_the_run_made(tmp_path):
 
 def test_a_new_run_refuses_a_directory_holding_any_run_file(tmp_path):
     config = load_config("single-arithmetic", ["model.name=tiny"])
+    data = config.model_dump(mode="json")
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("run:\n  dir: run\n")  # a run stopped before its first step
     with pytest.raises(ConfigError, match=re.escape(f"{run} already holds a run's files (config.yaml) and a new run "
                                                     f"never replaces them; resume it with masrl train --resume {run} "
                                                     "(it trained no step yet), or choose another run.dir")):
-        prepare_run_dir(RunDir(run), config, resuming=False)
+        prepare_run_dir(RunDir(run), data, config.trainer.steps, resuming=False)
     (run / "metrics.jsonl").write_text('{"step": 1, "kind": "train"}\n')
     (run / "evals").mkdir()
     with pytest.raises(ConfigError, match=re.escape("(config.yaml, metrics.jsonl, evals/) and a new run never "
                                                     "replaces them; choose another run.dir")):
-        prepare_run_dir(RunDir(run), config, resuming=False)
+        prepare_run_dir(RunDir(run), data, config.trainer.steps, resuming=False)
     assert (run / "config.yaml").read_text() == "run:\n  dir: run\n"
 
 
@@ -107,8 +109,9 @@ def test_disk_message_names_the_file_the_fix_and_the_next_command(tmp_path):
 
 
 def test_resume_without_a_checkpoint_starts_again_only_when_no_step_was_logged(tmp_path, tiny_config):
-    dump_config(tiny_config(), tmp_path / "config.yaml")
-    assert prepare_run_dir(RunDir(tmp_path), tiny_config(), resuming=True).step == 0  # nothing trained to lose
+    data = tiny_config().model_dump(mode="json")
+    dump_config(data, tmp_path / "config.yaml")
+    assert prepare_run_dir(RunDir(tmp_path), data, 40, resuming=True).step == 0  # nothing trained to lose
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "kind": "train"}\n{"step": 2, "kind": "train"}\n')
     refused = (f"{tmp_path} logged steps 1-2 but has no complete checkpoint to continue from; it is left as it is; "
                f"masrl train {tmp_path}/config.yaml run.dir=NEW_DIR starts the run again in a new directory")

@@ -4,12 +4,17 @@ Found by a dotted path, `system.kind=faulty_system:SYSTEM`, as a user's plugin i
 answers each item once; with `system.then` a second turn asks that agent (a name nobody serves
 tests the unknown-agent check). `system.hook` names the hook that raises, on the items whose id ends
 with `system.items` ("" raises on every item). The lines that raise are marked, so tests can name
-them.
+them. `system.reward` is the reward `advance` returns (issue 50: "nan", "inf" and any text that is no
+number are returned as they are, a float or a string), and `system.hangs` makes `advance` sleep on
+those items instead (touching the file $FAULTY_HANGING first, when set, so a test knows it hangs).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -23,6 +28,8 @@ class FaultyConfig(SystemSection):
     first: str = Field("solver", description="the agent of the first turn")
     then: str = Field("", description="the agent of a second turn ('': one turn)")
     prompt: str = Field("Answer with <answer>NUMBER</answer>.", description="the agent's system prompt")
+    reward: str = Field("0", description="advance's reward: a number, nan, inf, or text returned as a string")
+    hangs: bool = Field(False, description="advance sleeps for an hour on the items `items` names")
 
 
 @dataclass(frozen=True)
@@ -53,8 +60,25 @@ class Faulty:
     def advance(self, state, step, reply):
         if self.raises("advance", state):
             return _parse({})
+        if self.config.hangs and state.item.id.endswith(self.config.items):
+            _hang()
         done = state.turn == 1 or not self.config.then
-        return Transition(State(state.item, state.turn + 1), rewards={"correct": 0.0}, done=done)
+        return Transition(State(state.item, state.turn + 1), rewards={"correct": 0.0}, reward=_reward(self.config.reward),
+                          done=done)
+
+
+def _reward(text: str):
+    """The reward as configured: a float when Python reads it as one (nan and inf included), else the text."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _hang() -> None:
+    if os.environ.get("FAULTY_HANGING"):
+        Path(os.environ["FAULTY_HANGING"]).touch()
+    time.sleep(3600)  # HANGS
 
 
 def _parse(record: dict) -> Transition:

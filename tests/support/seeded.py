@@ -7,7 +7,8 @@ the router, single-arithmetic and turns-math cases still logged the earlier numb
 default config (the team) added and the router's case renamed from `default` to `router`; and again the
 same day when the policy loss began logging `neg_logp` (every other number unchanged, compared key by key).
 The team-calculator and single-calculator cases were added on 2026-11-28 with their configs (issue 48),
-recorded alone (`--record PATH team-calculator single-calculator`). Record again (only when a change is meant to move the numbers, and say so in the commit) with
+recorded alone (`--record PATH team-calculator single-calculator`), and chain-sum with its config the same way.
+Record again (only when a change is meant to move the numbers, and say so in the commit) with
 
     .venv/bin/python tests/support/seeded.py --record tests/support/data/seeded_metrics.json
 """
@@ -39,6 +40,7 @@ ROUTER = ("system.baselines=[single,random]", "system.label_items=12")
 CASES: dict[str, tuple[str, ...]] = {
     "default": SMALL,
     "team-calculator": SMALL,
+    "chain-sum": SMALL,
     "router": (*SMALL, *ROUTER),
     "router-single-turn": (*SMALL, *ROUTER),
     "router-dual-ascent": (*SMALL, *ROUTER),

@@ -33,7 +33,7 @@ def test_every_builtin_name_resolves_to_its_package_spec():
         assert spec.kind == kind
         assert spec.config.model_fields["kind"].default == "single"  # every section is a SystemSection
     builtin = [row[0] for row in available_systems() if row[1] == "built in"]
-    assert builtin == ["single", "team", "router", "budget", "search", "turns", "puppeteer", "program"]
+    assert builtin == ["single", "team", "chain", "router", "budget", "search", "turns", "puppeteer", "program"]
 
 
 def test_built_rejects_a_name_that_is_both_trainable_and_frozen():
@@ -61,7 +61,7 @@ def test_roles_sharing_a_policy_get_one_learner(tiny_config, one_thread):
 @pytest.mark.parametrize(
     "kind, message",
     [
-        ("routr", "system.kind: unknown system 'routr'; did you mean 'router'? available: budget, program"),
+        ("routr", "system.kind: unknown system 'routr'; did you mean 'router'? available: budget, chain, program"),
         ("no_such_module:SYSTEM", "system.kind: cannot import 'no_such_module'"),
         ("test_systems_registry:MISSING", "system.kind: module 'test_systems_registry' has no 'MISSING'"),
         ("test_systems_registry:NOT_A_SPEC", "is a function, not a system"),

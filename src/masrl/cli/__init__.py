@@ -182,7 +182,7 @@ def _evaluate(args, held: ExitStack) -> int:
                 raise EnvironmentProblem(f"{run} has no checkpoint to evaluate yet; train it (masrl train {config}), "
                                          f"or evaluate its config untrained: masrl eval {config}")  # fmt: skip
             _under_jemalloc(args)
-            engine = load_trained(run, overrides=overrides, checkpoint=ckpt)  # eval.* overrides alone
+            engine, ckpt = load_trained(run, overrides=overrides)  # eval.* overrides alone; a damaged newest passed over
             step, ckpt = int(read_meta(ckpt)["step"]), ckpt.relative_to(run).as_posix()
             out = Path(args.out) if args.out else RunDir(run).eval_json
         else:
@@ -218,7 +218,7 @@ def _compare(args) -> int:
 def _baseline(args) -> int:
     """`masrl baseline RUN`: plan the single-agent runs (one per seed run and budget), train them, print the tables."""
     budgets = BUDGETS if args.budget == "both" else (args.budget,)
-    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides)
+    planned = plan(Path(args.run), budgets, args.seeds, args.out, args.overrides, args.single)
     if args.dry_run:
         print(dry_run_text(planned))
         return 0
@@ -322,7 +322,7 @@ def _serve_run(args, held: ExitStack) -> int:
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
     held.enter_context(hold(RunDir(run_dir), "masrl serve"))  # one writer: a system's errors.log
     try:
-        engine = load_trained(run_dir)
+        engine, _ = load_trained(run_dir)  # a damaged newest checkpoint passed over, with a line saying so
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1

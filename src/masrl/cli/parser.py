@@ -34,7 +34,8 @@ def build_parser(own: Collection[str]) -> argparse.ArgumentParser:
 
 def _training_commands(sub) -> None:
     """`train` and `eval`."""
-    t = sub.add_parser("train", help="train with a config (default: the packaged critique-and-routing controller demo)")
+    t = sub.add_parser("train", help="train with a config (default: the packaged solver-and-checker team, "
+                       "src/masrl/configs/default.yaml)")
     t.add_argument("config", nargs="?", help="YAML config file; omit for the default")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
@@ -51,7 +52,8 @@ def _result_commands(sub) -> None:
     """`compare`, `baseline`, `view`, `report`: reading (and for `baseline`, matching) finished runs."""
     c = sub.add_parser("compare", help="results with 95%% intervals; paired differences on the same items")
     c.add_argument("runs", nargs="+", metavar="RUN",
-                   help="one run (its methods against each other) or two (A - B); a prefix of seed runs pools them")
+                   help="one run (its methods against each other, and trained against untrained when it was "
+                        "evaluated before step 1) or two (A - B); a prefix of seed runs pools them")
     c.add_argument("--metric", default="accuracy", help="a per-item metric of the evaluation (default: accuracy)")
     c.add_argument("--method", help="with two runs: the method to compare (default: each run's first)")
     c.add_argument("--step", type=int, action="append", default=[], metavar="N",
@@ -62,8 +64,8 @@ def _result_commands(sub) -> None:
     b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
                        "training time, equal sampled tokens) and print the paired table",
                        description="For each seed run of RUN: a single agent on its base model, task family, held-out "
-                       "items and machine settings, trained as single-arithmetic trains it, for the run's training "
-                       "seconds (sampling + update) or its sampled tokens; then team minus single with intervals "
+                       "items and machine settings, trained as single-arithmetic (or --single CONFIG) trains it, for the "
+                       "run's training step seconds or its sampled tokens; then team minus single with intervals "
                        "and the inference cost per item (docs/usage.md)")  # fmt: skip
     b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
     b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")
@@ -72,6 +74,9 @@ def _result_commands(sub) -> None:
     b.add_argument("--seeds", type=int, metavar="N", help="match the first N seed runs of RUN (default: all)")
     b.add_argument("--out", metavar="PREFIX", help="train into PREFIX-time-seedK and PREFIX-tokens-seedK "
                    "(default PREFIX: RUN-single)")  # fmt: skip
+    b.add_argument("--single", default="single-arithmetic", metavar="CONFIG",
+                   help="the single agent's algorithm: a shipped config or YAML file written for RUN's task family "
+                   "(default: single-arithmetic, for math; turns-planpath-single for Plan-Path)")  # fmt: skip
     b.add_argument("--dry-run", action="store_true", help="print the configs it would train, and stop")
 
     v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")

@@ -15,12 +15,12 @@ masrl.parts.start_remote.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
 from masrl.agents.policy import PolicyModel
-from masrl.config import Config, ConfigError
+from masrl.config import ConfigError, RolloutConfig
 from masrl.device import Placement
 from masrl.generation.hf import HFEngine
 from masrl.generation.lean import LeanEngine
@@ -32,36 +32,38 @@ from masrl.generation.sampling import Generation
 ENGINES = ("auto", "hf", "lean", "openai")
 
 
-def check_engine(config: Config) -> None:
+def check_engine(rollout: RolloutConfig, *, lora_rank: int, bases: Mapping[str, str],
+                 behavior_cap: float | None) -> None:  # fmt: skip
     """Raise ValueError where the rollout section's engine (`rollout.engine`, its workers or servers,
-    `rollout.precision`, `rollout.max_staleness`) does not fit the model and the algorithm; masrl.loading
-    calls it with the other cross-checks, before anything loads."""
-    r = config.rollout
-    if r.engine == "openai" and r.workers:
+    `rollout.precision`, `rollout.max_staleness`) does not fit the model (`model.lora_rank`, `model.bases`)
+    and the algorithm (`algo.behavior_cap`); masrl.loading calls it with the other cross-checks, before
+    anything loads."""
+    if rollout.engine == "openai" and rollout.workers:
         raise ValueError("rollout.workers are Ray actors of the hf engine; with rollout.engine 'openai' "
                          "the servers in rollout.servers generate: set rollout.workers=0")  # fmt: skip
-    if r.engine == "openai" and not r.servers:
+    if rollout.engine == "openai" and not rollout.servers:
         raise ValueError("rollout.engine 'openai' needs rollout.servers (base URLs of inference servers)")
-    if r.engine == "openai" and config.model.bases:
+    if rollout.engine == "openai" and bases:
         raise ValueError("rollout.engine 'openai' serves one base model (model.name): model.bases is not supported")
-    if r.engine == "openai" and config.model.lora_rank == 0:
+    if rollout.engine == "openai" and lora_rank == 0:
         raise ValueError("rollout.engine 'openai' sends LoRA adapters to the servers: set model.lora_rank > 0")
-    if r.workers and importlib.util.find_spec("ray") is None:
+    if rollout.workers and importlib.util.find_spec("ray") is None:
         raise ValueError("rollout.workers needs Ray: pip install 'masrl[scale]' (or 'ray[default]')")
-    if r.precision != "float32":
+    if rollout.precision != "float32":
         # The sampler's policy is then not the trainer's: only the truncated importance weight keeps the
         # update on the trainer's policy (Yao et al. 2025's TIS for vLLM-vs-trainer mismatch; AReaL eq. 5).
-        if r.engine in ("hf", "openai"):
-            raise ValueError(f"rollout.precision {r.precision!r} sets the lean engine's matmuls; rollout.engine "
-                             f"{r.engine!r} samples in the model's own precision: use rollout.engine lean or auto")  # fmt: skip
-        if config.model.lora_rank == 0:
-            raise ValueError(f"rollout.precision {r.precision!r} samples from the lean engine's merged copy of the "
-                             "LoRA weights: set model.lora_rank > 0")  # fmt: skip
-        if config.algo.behavior_cap is None:
-            raise ValueError(f"rollout.precision {r.precision!r} samples from a policy near the trainer's, and the "
-                             "update corrects each token by pi_trainer / pi_sampler truncated at algo.behavior_cap: "
-                             "set it (2.0 is usual)")  # fmt: skip
-    if r.max_staleness and r.engine != "openai" and not r.workers:
+        if rollout.engine in ("hf", "openai"):
+            raise ValueError(f"rollout.precision {rollout.precision!r} sets the lean engine's matmuls; "
+                             f"rollout.engine {rollout.engine!r} samples in the model's own precision: "
+                             "use rollout.engine lean or auto")  # fmt: skip
+        if lora_rank == 0:
+            raise ValueError(f"rollout.precision {rollout.precision!r} samples from the lean engine's merged copy "
+                             "of the LoRA weights: set model.lora_rank > 0")  # fmt: skip
+        if behavior_cap is None:
+            raise ValueError(f"rollout.precision {rollout.precision!r} samples from a policy near the trainer's, and "
+                             "the update corrects each token by pi_trainer / pi_sampler truncated at "
+                             "algo.behavior_cap: set it (2.0 is usual)")  # fmt: skip
+    if rollout.max_staleness and rollout.engine != "openai" and not rollout.workers:
         raise ValueError("rollout.max_staleness > 0 generates while the trainer updates: it needs "
                          "rollout.workers > 0 or rollout.engine 'openai'")  # fmt: skip
 

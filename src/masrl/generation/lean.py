@@ -167,6 +167,9 @@ class Rows:
 
     def __init__(self, tokenizer, params: SamplingParams, n: int, next_pos: torch.Tensor):
         self.tokenizer, self.params = tokenizer, params
+        # Read once: an HF tokenizer's special-token attributes go through its __getattr__ (about 1.3 us),
+        # and `append` checks every row at every step.
+        self.eos = tokenizer.eos_token_id
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.logps: list[list[float]] = [[] for _ in range(n)]
         self.live = list(range(n))  # the batch's rows -> the caller's rows
@@ -183,7 +186,7 @@ class Rows:
                 continue
             self.tokens[row].append(t)
             self.logps[row].append(lp)
-            if t != self.tokenizer.eos_token_id and not _stopped(self.tokenizer, self.tokens[row], self.params.stop):
+            if t != self.eos and not _stopped(self.tokenizer, self.tokens[row], self.params.stop):
                 keep.append(j)
             else:
                 self.done[row] = True

@@ -35,23 +35,23 @@ import httpx
 import torch
 from safetensors.torch import save_file
 
+from masrl.config import RolloutConfig
 from masrl.generation.sampling import Generation, SamplingParams
 from masrl.rollout.ahead import PINNED
 from masrl.types import AgentError
 
 
 class InferenceServers:
-    def __init__(self, config, model_name: str, base):
-        r = config.rollout
-        self.urls = [u.rstrip("/") for u in r.servers]
+    def __init__(self, rollout: RolloutConfig, run_dir: str, model_name: str, base):
+        self.urls = [u.rstrip("/") for u in rollout.servers]
         self.base = base  # the trainer's PolicyModel: its peft config describes the adapters it publishes
-        self.adapter_dir = Path(r.adapter_dir or Path(config.run.dir) / "adapters").resolve()
-        self.timeout_s, self.retries = r.timeout_s, r.retries
-        self.keep = r.max_staleness + 1  # versions a batch in flight may still name
-        self.logprobs = r.max_staleness > 0
-        key = os.environ.get(r.server_key_env) if r.server_key_env else None
-        if r.server_key_env and not key:
-            raise RuntimeError(f"rollout.server_key_env names ${r.server_key_env}, which is unset or empty")
+        self.adapter_dir = Path(rollout.adapter_dir or Path(run_dir) / "adapters").resolve()
+        self.timeout_s, self.retries = rollout.timeout_s, rollout.retries
+        self.keep = rollout.max_staleness + 1  # versions a batch in flight may still name
+        self.logprobs = rollout.max_staleness > 0
+        key = os.environ.get(rollout.server_key_env) if rollout.server_key_env else None
+        if rollout.server_key_env and not key:
+            raise RuntimeError(f"rollout.server_key_env names ${rollout.server_key_env}, which is unset or empty")
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.slots = len(self.urls)
         self.busy = [0] * len(self.urls)

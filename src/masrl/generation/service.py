@@ -7,6 +7,16 @@ parameters) to the model as one batched `generate` call in a worker thread.
 Requests that arrive while a batch is running form the next batch. Tree
 branching is just more coroutines, so the generator's batch stays full.
 
+Requests from outside the event loop's coroutines (agent programs calling the
+training gateway over HTTP, each a process of its own) arrive milliseconds
+apart, not loop rounds apart, and would be cut into many small batches. A
+source of such requests (an `Upstream`, the gateway) says whether more are
+coming: some program is running and has no request waiting. Before a batch is
+cut the service then holds it a little, until nothing more is coming or the
+hold is over, a tenth of the mean batch's seconds so far (`HOLD_SHARE`): at most
+that share of generation time is spent waiting, and the calls of concurrent
+program runs go out in one batch, as the coroutines of the built-in systems do.
+
 Generation runs on one long-lived worker thread owned by the service, not on
 asyncio's default pool: each `asyncio.run` (one per training step) would
 otherwise start fresh threads, and glibc gives every new thread its own
@@ -30,14 +40,27 @@ import inspect
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from masrl.generation.sampling import Generation, SamplingParams
 
 GenerateFn = Callable[[Sequence[Sequence[int]], SamplingParams, "str | None"], list[Generation]]
 # (the async form, a remote engine's, returns an awaitable of the same list)
+
+HOLD_SHARE = 0.1  # a batch waits for announced requests at most this share of a mean batch's seconds
+FIRST_HOLD = 0.05  # seconds, before any batch has been timed
+MAX_HOLD = 0.25  # seconds: a slow model's batches never wait longer than this
+
+
+class Upstream(Protocol):
+    """A source of requests from outside the event loop's coroutines (the training gateway)."""
+
+    def coming(self) -> bool:
+        """Whether a request is likely to arrive shortly: a client is running without one waiting."""
 
 
 @dataclass
@@ -102,7 +125,12 @@ class GenerationService:
         self._pending: list[_Request] = []
         self._worker: asyncio.Task | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masrl-generate")
+        self._upstreams: weakref.WeakSet[Upstream] = weakref.WeakSet()
         self.stats = ServiceStats()
+
+    def listen(self, upstream: Upstream) -> None:
+        """Hold each batch for `upstream`'s requests while it says more are coming (the module's doc)."""
+        self._upstreams.add(upstream)
 
     async def generate(self, prompt: Sequence[int], params: SamplingParams, policy: str | None) -> Generation:
         loop = asyncio.get_running_loop()
@@ -125,6 +153,17 @@ class GenerationService:
             await asyncio.sleep(0.001)
         for _ in range(self._settle_rounds):
             await asyncio.sleep(0)
+        if not self._upstreams:
+            return
+        until = time.perf_counter() + self.hold()
+        while any(u.coming() for u in self._upstreams) and time.perf_counter() < until:
+            await asyncio.sleep(0.001)
+
+    def hold(self) -> float:
+        """Seconds a batch may wait for announced requests: a share of the mean batch's time, bounded."""
+        if not self.stats.batches:
+            return FIRST_HOLD
+        return min(MAX_HOLD, HOLD_SHARE * self.stats.seconds / self.stats.batches)
 
     async def _drain_parallel(self) -> None:
         """Up to `slots` batches in flight; a slot that frees up takes the next requests."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from masrl.agents.base import Agent
-from masrl.rollout.system_errors import Guarded, HookFailed, SystemErrors, call_hook
+from masrl.rollout.system_errors import Guarded, HookFailed, SystemErrors
 from masrl.types import Episode, SystemCodeError, TaskItem
 
 
@@ -99,7 +99,7 @@ def check_system(system: object, item: TaskItem | None, agents: Collection[str],
     if item is None:
         return
     try:
-        step = call_hook("next_step", system.next_step, call_hook("start", system.start, item))
+        step = errors.call("next_step", system.next_step, errors.call("start", system.start, item))
     except HookFailed as failure:
         if errors.on_error == "stop":
             raise errors.stop(system, failure) from None

@@ -18,13 +18,23 @@ drops more than `max_dropped` of its episodes (`check_share`). Either way the tr
 to the log. masrl.rollout.tree calls these around `start`, `next_step`, `advance` and `expand`;
 `Guarded` wraps the optional hooks (observe, eval_metrics, eval_item_metrics), which always stop:
 they have no episode to drop.
+
+Two more mistakes of the system's are handled as a raise is. A reward that is not a finite number
+(`finite_reward`: NaN, inf, a string) would train on silently and make every adapter weight NaN, so
+it fails the hook that returned it ("returned a bad value from advance"). A hook that runs longer
+than `rollout.hook_timeout_s` on the main thread is stopped by SIGALRM where it is ("hung in
+advance", the file and line it was at; `call_hook`).
 """
 
 from __future__ import annotations
 
 import errno
 import inspect
+import math
+import numbers
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -39,26 +49,83 @@ from masrl.types import Call, Episode, EnvironmentProblem, SystemCodeError, Task
 # the system refuses): they keep their own line and exit code, for they are not the system's bug.
 NOT_THE_SYSTEMS: tuple[type[Exception], ...] = (ConfigError, SandboxError, EnvironmentProblem, TrainingError)
 _DISK_FULL = frozenset((errno.ENOSPC, errno.EDQUOT))
-RAISED = "the system raised in "  # how a dropped episode's reason (and its calls' error) begins
+THE_SYSTEM = "the system "  # how a dropped episode's reason (and its calls' error) begins
+RAISED, HUNG, RETURNED = "raised in", "hung in", "returned a bad value from"  # what the hook did (HookFailed.verb)
 
 
 class HookFailed(Exception):
-    """The system's hook `hook` raised `error` (inside a rollout; `SystemErrors` makes it one line)."""
+    """The system's hook `hook` raised `error` (inside a rollout; `SystemErrors` makes it one line). `verb`
+    says what it did: raised (RAISED), ran past its time limit (HUNG) or returned a value the engine
+    cannot use (RETURNED: `error` is a BadValue)."""
 
-    def __init__(self, hook: str, error: Exception):
+    def __init__(self, hook: str, error: Exception, verb: str = RAISED):
         super().__init__(hook, error)
-        self.hook, self.error = hook, error
+        self.hook, self.error, self.verb = hook, error, verb
 
 
-def call_hook(hook: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)`, the system's hook `hook`: what it raises comes back as HookFailed, masrl's own errors as they are."""
+class BadValue(ValueError):
+    """What a hook returned and the engine refuses (a reward that is not a finite number)."""
+
+
+class _TimedOut(BaseException):
+    """Raised by SIGALRM's handler inside a hook past its limit. A BaseException, so that the hook's own
+    `except Exception` cannot swallow it."""
+
+
+def call_hook(hook: str, fn: Callable[..., Any], *args: Any, seconds: float | None = None) -> Any:
+    """`fn(*args)`, the system's hook `hook`: what it raises comes back as HookFailed, masrl's own errors as they are.
+
+    With `seconds`, a call still running then is stopped where it is and fails as HUNG. Python cannot
+    stop a thread, so a hook on a worker thread (a thread with a join timeout) would run on, holding
+    the system's state and a CPU, while the run went on or tried to exit past it; the one honest way
+    to stop Python code where it is is a signal in the main thread, so this arms SIGALRM (POSIX) on the
+    main thread alone. It stops Python code and the sleeps and reads Python retries (PEP 475), not a
+    single C call that never returns to the interpreter. A hook on another thread (`rollout.env_threads`,
+    rollouts sampled ahead) and a call inside another timer of the process (SIGALRM already armed) run
+    without the limit. Ctrl-C still reaches the hook: the loop's handler (masrl.run.stop.Signals) raises
+    KeyboardInterrupt into it on the second signal, which is no Exception and passes through."""
     try:
-        return fn(*args)
+        return _limited(seconds, fn, *args)
+    except _TimedOut as exc:
+        late = TimeoutError(f"it did not return within {seconds:g} s (rollout.hook_timeout_s)")
+        raise HookFailed(hook, late.with_traceback(exc.__traceback__), HUNG) from None
     except Exception as exc:
         failure = as_failure(hook, exc)
         if failure is None:
             raise
         raise failure from exc
+
+
+def _limited(seconds: float | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, interrupted by _TimedOut after `seconds` when that can be done here (see call_hook)."""
+    main = threading.current_thread() is threading.main_thread()
+    if seconds is None or not main or not hasattr(signal, "setitimer") or signal.getitimer(signal.ITIMER_REAL)[0]:
+        return fn(*args)
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _TimedOut
+
+    before = signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)  # one shot: it cannot fire again once it has
+        try:
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:  # the handler goes back even when the alarm fired just as fn returned
+        signal.signal(signal.SIGALRM, before)
+
+
+def finite_reward(name: str, value: Any) -> float:
+    """`value`, a reward the system returned, as a float; a BadValue unless it is a finite real number.
+
+    An int, a float, a numpy scalar and a bool (Python's bool is an int: True is 1.0, as
+    `reward=answer == gold` means) are rewards; NaN, inf, a string, None, a tensor are not: NaN and
+    inf would train on without a word and make every adapter weight NaN (issue 50)."""
+    if isinstance(value, numbers.Real) and math.isfinite(value):
+        return float(value)
+    kind = "" if isinstance(value, (float, int)) else f" ({type(value).__name__})"
+    raise BadValue(f"{name}={value!r}{kind} is not a finite number (a reward is an int, float or bool)")
 
 
 def as_failure(hook: str, exc: Exception) -> HookFailed | None:
@@ -119,17 +186,27 @@ class SystemErrors:
     on_error: Literal["stop", "drop"] = "stop"
     max_dropped: float = 0.5
     log: Path | None = None
+    timeout_s: float | None = None  # the longest one call of a hook may run (rollout.hook_timeout_s); None: no limit
 
     def title(self, system: object) -> str:
         return repr(self.name or type(system).__name__)
 
+    def call(self, hook: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """`call_hook` under this rollout's time limit (`timeout_s`)."""
+        return call_hook(hook, fn, *args, seconds=self.timeout_s)
+
     def reason(self, system: object, failure: HookFailed) -> str:
-        """`next_step (mysys.py:42): KeyError: 'x'`: where and what."""
-        return f"{failure.hook} ({raised_at(failure.error, system_source(system))}): {exception_line(failure.error)}"
+        """`raised in next_step (mysys.py:42): KeyError: 'x'`: what, where and why. A bad value has no
+        traceback in the system's code: the line that defines the hook is named."""
+        source = system_source(system)
+        if isinstance(failure.error, BadValue):
+            return f"{failure.verb} {failure.hook} ({defined_at(getattr(system, failure.hook, None), source)}): {failure.error}"
+        what = str(failure.error) if failure.verb == HUNG else exception_line(failure.error)
+        return f"{failure.verb} {failure.hook} ({raised_at(failure.error, source)}): {what}"
 
     def stop(self, system: object, failure: HookFailed) -> SystemCodeError:
         """The error that stops the run, its traceback written to the log."""
-        return SystemCodeError(f"system {self.title(system)} raised in {self.reason(system, failure)}"
+        return SystemCodeError(f"system {self.title(system)} {self.reason(system, failure)}"
                                + self._written(system, failure))  # fmt: skip
 
     def drop(self, system: object, task: TaskItem, calls: Sequence[Call], failure: HookFailed) -> Episode:
@@ -138,7 +215,7 @@ class SystemErrors:
         if self.on_error == "stop":
             raise self.stop(system, failure) from None
         self._written(system, failure)
-        reason = RAISED + self.reason(system, failure)
+        reason = THE_SYSTEM + self.reason(system, failure)
         marked = tuple(replace(c, error=c.error or reason) for c in calls)
         return Episode(task, marked or (Call("0", None, "", "", 0, (), None, done=True, error=reason),), dropped=reason)
 
@@ -146,7 +223,7 @@ class SystemErrors:
         """Stop when more than `max_dropped` of a rollout's episodes (a training step's) were dropped."""
         dropped = [ep for ep in episodes if ep.dropped is not None]
         if len(dropped) > self.max_dropped * len(episodes):
-            first = dropped[0].dropped.removeprefix(RAISED)
+            first = dropped[0].dropped.removeprefix(THE_SYSTEM).removeprefix(RAISED + " ")
             where = f" (tracebacks in {self.log})" if self._logs() else ""
             raise SystemCodeError(f"system {self.title(system)} raised in {len(dropped)} of {len(episodes)} "
                                   f"episodes, more than rollout.max_dropped={self.max_dropped} of them; the first: "
@@ -167,7 +244,7 @@ class SystemErrors:
             return ""
         text = "".join(traceback.format_exception(failure.error))
         with self.log.open("a") as f:
-            f.write(f"system {self.title(system)} raised in {failure.hook}:\n{text}\n")
+            f.write(f"system {self.title(system)} {failure.verb} {failure.hook}:\n{text}\n")
         return f" (traceback in {self.log})"
 
 
@@ -180,7 +257,7 @@ class Guarded:
 
     def __call__(self, *args: Any) -> Any:
         try:
-            return call_hook(self.hook, self.fn, *args)
+            return self.errors.call(self.hook, self.fn, *args)
         except HookFailed as failure:
             raise self.errors.stop(self.system, failure) from None
 

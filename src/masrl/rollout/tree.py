@@ -25,7 +25,8 @@ raise is handled by the rollout's `SystemErrors` (masrl.rollout.system_errors,
 `rollout.on_system_error`): one line naming the system, the hook, the file and line and the
 exception, then the run stops, or the episode it raised in is dropped (its calls marked failed, the
 other episodes and branches go on). A step for an agent that no policy or frozen agent serves always
-stops, at its first occurrence, with the agents there are.
+stops, at its first occurrence, with the agents there are. A reward that is not a finite number and
+a hook past `rollout.hook_timeout_s` fail their hook as a raise does (`_checked`, `SystemErrors.call`).
 
 A rollout given a `key` (`rollout.order: place`; the key names the run seed
 and step) depends only on where each call sits, not on the order concurrent
@@ -56,12 +57,12 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from masrl.agents.base import Agent
 from masrl.rollout.hooks import Expands
-from masrl.rollout.system_errors import HookFailed, SystemErrors, as_failure, call_hook
+from masrl.rollout.system_errors import RETURNED, BadValue, HookFailed, SystemErrors, as_failure, finite_reward
 from masrl.types import Call, Episode, Message, Reply, TaskItem
 
 
@@ -231,8 +232,8 @@ class _Forest:
         roots: list[_Node] = []
         for slot, task in self.tasks.items():
             try:
-                start = call_hook("start", self.system.start, task)
-                plans = _roots(self.system, start, task, self.rule)
+                start = self.errors.call("start", self.system.start, task)
+                plans = _roots(self.system, start, task, self.rule, self.errors)
                 roots += [_Node(slot, start, None, 0, plan, first) for plan, first in plans]
             except HookFailed as failure:
                 self._fail(slot, failure)
@@ -251,7 +252,7 @@ class _Forest:
         stepped: list[tuple[_Node, Step]] = []
         for n in nodes:
             try:
-                stepped.append((n, call_hook("next_step", self.system.next_step, n.state)))
+                stepped.append((n, self.errors.call("next_step", self.system.next_step, n.state)))
             except HookFailed as failure:
                 self._fail(n.slot, failure)
         draws = [(n, step, _agent(self.system, step, self.agents, self.errors), n.rule.width(n.depth, step))
@@ -266,7 +267,8 @@ class _Forest:
             drawn = [next(outcomes) for _ in range(width)]
             if n.slot in raised:
                 continue
-            children, failure = await _children(self.system, n.state, step, drawn, n.parent, n.first, self.env)
+            children, failure = await _children(self.system, n.state, step, drawn, n.parent, n.first, self.env,
+                                                self.errors)  # fmt: skip
             self.calls[n.slot].extend(c for c, _ in children)
             if failure is not None:
                 self._fail(n.slot, failure)
@@ -298,7 +300,14 @@ async def _expand_own(
 ) -> Episode:
     """The episode a system grows itself; what its `expand` raises is its own error, handled as the hooks' are."""
     try:
-        return await system.expand(agents, task, rule)
+        episode = await system.expand(agents, task, rule)
+        for call in episode.calls:
+            finite_reward(f"call {call.id}'s reward", call.reward)
+            for name, value in call.rewards.items():
+                finite_reward(f"call {call.id}'s rewards[{name!r}]", value)
+        return episode
+    except BadValue as bad:
+        return errors.drop(system, task, (), HookFailed("expand", bad, RETURNED))
     except Exception as exc:
         failure = as_failure("expand", exc)
         if failure is None:
@@ -314,31 +323,51 @@ def _agent(system: System, step: Step, agents: Mapping[str, Agent], errors: Syst
     return agent
 
 
-def _roots(system: System, start: Any, task: TaskItem, rule: BranchRule | Planner) -> list[tuple[BranchRule, int]]:
+def _roots(
+    system: System, start: Any, task: TaskItem, rule: BranchRule | Planner, errors: SystemErrors
+) -> list[tuple[BranchRule, int]]:
     """The branch rules whose trees make the task's episode, each with its first root id."""
     plans = rule.plans(task) if isinstance(rule, Planner) else [rule]  # a Planner, or one BranchRule
     firsts = [0]  # the first root id of each plan's tree
     for plan in plans[:-1]:
-        firsts.append(firsts[-1] + plan.width(0, call_hook("next_step", system.next_step, start)))
+        firsts.append(firsts[-1] + plan.width(0, errors.call("next_step", system.next_step, start)))
     return list(zip(plans, firsts))
 
 
-async def _advance(system: System, state: Any, step: Step, reply: Reply, env: EnvSteps | None) -> Transition:
-    """The system's `advance`, on the event loop or on an environment thread (`env`)."""
+async def _advance(
+    system: System, state: Any, step: Step, reply: Reply, env: EnvSteps | None, errors: SystemErrors
+) -> Transition:
+    """The system's `advance`, on the event loop or on an environment thread (`env`), its rewards checked."""
     if env is None:
-        return call_hook("advance", system.advance, state, step, reply)
+        return _checked(errors.call("advance", system.advance, state, step, reply))
     try:
-        return await env.advance(system, state, step, reply)
+        transition = await env.advance(system, state, step, reply)
     except Exception as exc:
         failure = as_failure("advance", exc)
         if failure is None:
             raise
         raise failure from exc
+    return _checked(transition)
+
+
+def _checked(transition: Any) -> Transition:
+    """`advance`'s Transition with its rewards as floats. One that is not a Transition, or a reward that is not
+    a finite number, is the system's mistake (HookFailed, as a raise): NaN or inf would train on without a
+    word and make every adapter weight NaN, a string would fail deep in the scoring."""
+    try:
+        if not isinstance(transition, Transition):
+            raise BadValue(f"{type(transition).__name__} instead of a Transition")
+        if not isinstance(transition.rewards, Mapping):
+            raise BadValue(f"rewards={transition.rewards!r}, not a mapping of names to numbers")
+        rewards = {name: finite_reward(f"rewards[{name!r}]", v) for name, v in transition.rewards.items()}
+        return replace(transition, reward=finite_reward("reward", transition.reward), rewards=rewards)
+    except BadValue as bad:
+        raise HookFailed("advance", bad, RETURNED) from None
 
 
 async def _children(
     system: System, state: Any, step: Step, outcomes: Sequence[tuple[Reply | None, str | None]],
-    parent: str | None, first: int, env: EnvSteps | None,
+    parent: str | None, first: int, env: EnvSteps | None, errors: SystemErrors,
 ) -> tuple[list[tuple[Call, Transition | None]], HookFailed | None]:  # fmt: skip
     """The calls drawn at one node, each advanced in turn (a failed draw ends its branch), and what the
     system raised while advancing them: that call and the ones after it stay unadvanced (done)."""
@@ -350,7 +379,7 @@ async def _children(
             children.append((Call(**base, reply=reply, done=True, error=error), None))
             continue
         try:
-            tr = await _advance(system, state, step, reply, env)
+            tr = await _advance(system, state, step, reply, env, errors)
         except HookFailed as raised:
             failure = raised
             children.append((Call(**base, reply=reply, done=True), None))

@@ -14,21 +14,22 @@ from tqdm import tqdm
 
 from masrl.checkpoint import atomic_write_json
 from masrl.compare import before_after
-from masrl.config import Config
+from masrl.config import EvalConfig
 from masrl.evaluate import evaluate_system, read_eval_items
 from masrl.parts import Parts
 from masrl.run.files import RunDir, final_eval_path
 from masrl.run.log import RunLogger
 
 
-def eval_due(config: Config, step: int) -> bool:
-    """Whether `eval.every` asks for an evaluation after `step` (the last step's is the final one)."""
-    return bool(config.eval.every) and step % config.eval.every == 0 and 0 < step < config.trainer.steps
+def eval_due(section: EvalConfig, step: int, steps: int) -> bool:
+    """Whether `eval.every` asks for an evaluation after `step` of `steps` (the last step's is the final one)."""
+    return bool(section.every) and step % section.every == 0 and 0 < step < steps
 
 
-def log_eval(engine: Parts, logger: RunLogger, step: int, label: str, final: bool = False) -> dict[str, float]:
+def log_eval(engine: Parts, section: EvalConfig, logger: RunLogger, step: int, label: str,
+             final: bool = False) -> dict[str, float]:  # fmt: skip
     """Evaluate on the held-out items, log eval/<metric>, write the system's files; at the end also its report."""
-    items = engine.task.items("eval", 0, engine.config.eval.size)
+    items = engine.task.items("eval", 0, section.size)
     result = evaluate_system(engine, items, full=final)
     logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()}, kind="eval")
     logger.run.write_eval(step, result)  # per-item results: intervals and `masrl compare` read them

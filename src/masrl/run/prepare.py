@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import errno
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from masrl.checkpoint import read_meta
-from masrl.config import Config, ConfigError
+from masrl.config import ConfigError
 from masrl.loading import dump_config
 from masrl.run.files import RunDir
 from masrl.run.log import mend_metrics, span
@@ -34,11 +35,12 @@ class Start:
     new_config: bool = False  # a new run wrote config.yaml (undo_new_run takes it back)
 
 
-def prepare_run_dir(run: RunDir, config: Config, resuming: bool) -> Start:
-    """Make `run` a new run's directory, or read where the run in it stopped (`resuming`). The caller holds
-    the run's lock (masrl.run.lock), which made the directory."""
+def prepare_run_dir(run: RunDir, config_data: Mapping, steps: int, resuming: bool) -> Start:
+    """Make `run` a new run's directory holding `config_data` (the resolved config, `Config.model_dump`) as
+    config.yaml, or read where the run in it stopped (`resuming`) in its `steps` (trainer.steps). The caller
+    holds the run's lock (masrl.run.lock), which made the directory."""
     if resuming:
-        return _continue(run, config)
+        return _continue(run, config_data, steps)
     found = run.run_files()
     if found:  # a new run never replaces another run's files: an argument to change
         names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in found)
@@ -49,11 +51,11 @@ def prepare_run_dir(run: RunDir, config: Config, resuming: bool) -> Start:
         again = f"resume it with masrl train --resume {run} (it trained no step yet), or " if fresh else ""
         raise ConfigError(f"{run} already holds a run's files ({names}) and a new run never replaces them; "
                           f"{again}choose another run.dir")  # fmt: skip
-    dump_config(config, run.config)
+    dump_config(config_data, run.config)
     return Start(0, False, new_config=True)
 
 
-def _continue(run: RunDir, config: Config) -> Start:
+def _continue(run: RunDir, config_data: Mapping, steps: int) -> Start:
     """Where a resumed run goes on: its newest checkpoint, whose config it must still be, with its log whole
     (mend_metrics); a run that trained no step yet starts again from step 1 (nothing to lose)."""
     ckpt = run.latest_checkpoint()
@@ -61,21 +63,21 @@ def _continue(run: RunDir, config: Config) -> Start:
         trained = run.logged_steps("train")
         if trained:  # checkpoints deleted or never written (checkpoint_every): the logged steps are not dropped
             raise EnvironmentProblem(f"{run} logged steps {span(trained)} but has no complete checkpoint to "
-                                     f"continue from; it is left as it is; {next_command(run, config.trainer.steps)}")
+                                     f"continue from; it is left as it is; {next_command(run, steps)}")
         return Start(0, False)
     meta = read_meta(ckpt)
     if "config" in meta:  # checkpoints written before masrl kept their config carry none
-        changed = config_changes(meta["config"], config.model_dump(mode="json"))
+        changed = config_changes(meta["config"], dict(config_data))
         if changed:
             raise ConfigError(f"{run.config} differs from the config checkpoint {ckpt.name} was written with: "
                               f"{'; '.join(changed)}; put it back to resume (a resume may change trainer.steps, the "
                               "time limits, checkpointing and eval.*), or train the edited config as a new run: "
                               f"masrl train {run.config} run.dir=NEW_DIR")  # fmt: skip
     step = int(meta["step"])
-    note = mend_metrics(run, ckpt, step, next_command(run, config.trainer.steps))
+    note = mend_metrics(run, ckpt, step, next_command(run, steps))
     if note:
         print(f"masrl: {note}", file=sys.stderr)
-    return Start(step, step >= config.trainer.steps and run.logged(step, "eval"))
+    return Start(step, step >= steps and run.logged(step, "eval"))
 
 
 # The keys a resume may change: how long and how often, on what machine, and the evaluation. Any other

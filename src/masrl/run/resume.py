@@ -8,8 +8,9 @@ multipliers) and frozen agents' state (a simulated pool's attempt counts); with
 them the config it was written with and a copy of metrics.jsonl, so that a resume
 can name a key edited since and restore log lines lost since (masrl.run.prepare).
 `restore_newest` loads the newest checkpoint that reads back whole, setting a
-damaged one aside (none at all is a broken run directory: EnvironmentProblem);
-`restore(..., weights_only=True)` loads only what evaluation and serving need.
+damaged one aside when training (none at all is a broken run directory:
+EnvironmentProblem); with `weights_only` it loads only what evaluation and
+serving need, for `masrl eval` and `masrl serve` (masrl.run.trained).
 """
 
 from __future__ import annotations
@@ -71,20 +72,30 @@ def restore(engine: Parts, ckpt: Path, weights_only: bool = False) -> None:
             engine.frozen[name].load_state_dict(agent_state)
 
 
-def restore_newest(engine: Parts, run: RunDir) -> Path:
-    """Load the newest checkpoint that reads back whole and return it. One that does not
-    (a corrupt or truncated file) is set aside with a one-line warning and the one before is tried."""
+def restore_newest(engine: Parts, run: RunDir, weights_only: bool = False) -> Path:
+    """Load the newest checkpoint that reads back whole and return it. One that does not (a corrupt or
+    truncated file) is passed over with a one-line warning and the one before is tried. Training sets it
+    aside (renamed broken-step_*, never continued from); evaluation and serving (`weights_only`) only read
+    the run, so they leave it where it is and say which checkpoint they use instead."""
+    passed: list[str] = []
     for ckpt in run.complete_checkpoints():
         try:
-            restore(engine, ckpt)
+            restore(engine, ckpt, weights_only=weights_only)
         except Exception as exc:  # noqa: BLE001 - whatever the loaders raise on a damaged file
-            aside = set_aside(ckpt)
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); set aside as {aside.name}", file=sys.stderr)
+            if weights_only:
+                print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); trying the one before", file=sys.stderr)
+            else:
+                aside = set_aside(ckpt)
+                print(f"masrl: checkpoint {ckpt.name} is unreadable ({reason}); set aside as {aside.name}", file=sys.stderr)
+            passed.append(ckpt.name)
             continue
+        if weights_only and passed:
+            print(f"masrl: using checkpoint {ckpt.name}, the newest that reads back whole", file=sys.stderr)
         return ckpt
     # a broken run directory (the machine's, exit 3): the damaged checkpoints stay, set aside, for a look
-    raise EnvironmentProblem(f"no checkpoint of {run} reads back whole (each was set aside as broken-step_*); "
+    aside = "" if weights_only else " (each was set aside as broken-step_*)"
+    raise EnvironmentProblem(f"no checkpoint of {run} reads back whole{aside}; "
                              f"masrl train {run.config} run.dir=NEW_DIR starts the run again in a new "
                              "directory")  # fmt: skip
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 BUILTIN: dict[str, str] = {
     "single": "masrl.systems.single:SYSTEM",
     "team": "masrl.systems.team:SYSTEM",
+    "chain": "masrl.systems.chain:SYSTEM",
     "router": "masrl.systems.router:SYSTEM",
     "budget": "masrl.systems.budget:SYSTEM",
     "search": "masrl.systems.search:SYSTEM",

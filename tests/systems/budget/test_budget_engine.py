@@ -19,8 +19,6 @@ from masrl.types import Sample
 from masrl.update import micro_batches
 from smoke import tiny_run
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 SMALL = tiny_run()
 # The untrained tiny model writes no tags; in the free protocol a prefilled call makes every round but
 # the last ask an expert (two calls, then a format failure).
@@ -135,7 +133,7 @@ def test_value_head_loss_falls_on_a_fixed_batch_of_budget_episodes(tmp_path):
 
 def test_gae_scoring_of_budget_episodes_gives_critic_targets_for_every_controller_token(tmp_path):
     engine, episodes = calling_engine(tmp_path)
-    scored = score(episodes, engine.config, engine.critic)
+    scored = score(episodes, engine.config.algo, engine.critic, engine.config.critic.whiten_advantages)
     ctrl_tokens = sum(len(c.reply.response_ids) for ep in episodes for c in ep.calls if c.reply and c.reply.trainable)
     assert sum(len(s.returns) for s in scored.samples[CRITIC]) == ctrl_tokens
     final = [c for ep in episodes for c in ep.calls if c.done]
@@ -162,9 +160,9 @@ def test_shipped_budget_configs_run_two_steps(config, tmp_path, capsys):
     assert "eval/mode/low/mean_cost" in evals[-1] and "eval/mode/high/call_ratio/sim-strong" in evals[-1]
     results = json.loads((run / "budget_results.json").read_text())["modes"]
     assert [r["mode"] for r in results] == ["low", "medium", "high"] and all(r["items"] == 3 for r in results)
-    assert (run / "cost_accuracy.png").stat().st_size > 0
     assert (run / "checkpoints" / "latest").exists()
-    assert main(["report", str(run)]) == 0 and (run / "report.html").exists()
+    assert main(["report", str(run)]) == 0
+    assert "accuracy vs mean cost per query" in (run / "report.html").read_text()
     baselines = json.loads((run / "budget_results.json").read_text())["baselines"]
     assert [b["method"] for b in baselines] == ["single:sim-nano", "single:sim-mid", "single:sim-strong", "random"]
     assert "| single:sim-strong |" in out

@@ -10,6 +10,7 @@ import pytest
 from openai import AsyncOpenAI, NotFoundError
 
 from masrl.agents.python_fn import FunctionAgent
+from masrl.systems.api import ChatRequest
 from masrl.systems.program.gateway import Gateway, Recorded
 from masrl.types import Message, Reply
 
@@ -22,6 +23,36 @@ def echo_agents():
 
 def chat(text: str, model: str = "echo") -> dict:
     return {"model": model, "messages": [{"role": "user", "content": text}]}
+
+
+def test_calls_are_coming_while_an_episode_is_open_with_none_in_flight():
+    """What the generation service asks the gateway before it cuts a batch (masrl.generation.service)."""
+
+    class Held:
+        name = "held"
+
+        def __init__(self):
+            self.release = asyncio.Event()
+
+        async def __call__(self, messages):
+            await self.release.wait()
+            return Reply("ok", 1, 1, 0.0)
+
+    async def go():
+        gateway, agent = Gateway(), Held()
+        seen = [gateway.coming()]
+        session = gateway.open({"held": agent}, [])
+        seen.append(gateway.coming())  # its program is starting or between calls
+        call = asyncio.create_task(session.call("held", (Message("user", "hi"),), ChatRequest(**chat("hi", "held"))))
+        await asyncio.sleep(0)
+        seen.append(gateway.coming())  # its call waits for generation: nothing more from it until answered
+        agent.release.set()
+        await call
+        seen.append(gateway.coming())
+        gateway.close(session)
+        return [*seen, gateway.coming()]
+
+    assert asyncio.run(go()) == [False, True, False, True, False]
 
 
 def test_one_episode_s_key_cannot_read_or_write_another_s_calls():

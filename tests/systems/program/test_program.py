@@ -35,6 +35,7 @@ from smoke import tiny_run
 ROOT = Path(__file__).resolve().parents[3]
 SOLVER_CHECKER = ROOT / "examples" / "program-solver-checker"
 LANGGRAPH = ROOT / "examples" / "program-langgraph"
+DEBATE = ROOT / "examples" / "program-debate"
 PROGRAMS = ROOT / "tests" / "support" / "programs"
 PY = sys.executable
 
@@ -65,7 +66,7 @@ def metrics(run_dir: Path) -> list[dict]:
     (b'{"answer": ["4"]}', (None, None, "no_json")),
 ])  # fmt: skip
 def test_the_last_line(stdout, expected):
-    answer, reward, fault = parse_last_line(stdout)
+    answer, reward, fault, _ = parse_last_line(stdout)
     assert (answer, reward) == expected[:2]
     assert (fault or "").split(":")[0] == (expected[2] or "")
 
@@ -113,6 +114,22 @@ def test_the_langgraph_example_trains_two_steps(run_dir):
     assert {c["policy"] for c in calls if c["agent"] != "reviewer"} == {"planner", "solver"}
 
 
+def test_the_debate_example_trains_one_lora_per_role(run_dir):
+    args = overrides(run_dir, DEBATE / "debate.py", "eval.before=false")
+    assert main(["train", str(DEBATE / "config.yaml"), *args]) == 0
+    steps = [m for m in metrics(run_dir) if m["kind"] == "train"]
+    assert [(m["program/runs"], m["failed"], m["calls"]) for m in steps] == [(8, 0, 40), (8, 0, 40)]
+    record = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
+    calls = record["calls"]  # 4 runs, each debater_a, debater_b, debater_a, debater_b, judge
+    assert sorted(c["agent"] for c in calls) == ["debater_a"] * 8 + ["debater_b"] * 8 + ["judge"] * 4
+    assert [c["agent"] for c in calls if c["turn"] == 4] == ["judge"] * 4
+    assert all(c["policy"] == c["agent"] for c in calls)  # each role its own adapter
+    assert all("local" in c["rewards"] for c in calls)  # the per-role rewards of its last line reach every call
+    saved = sorted((run_dir / "checkpoints").iterdir())[-1] / "policy"
+    assert sorted(p.name for p in saved.iterdir()) == ["debater_a.safetensors", "debater_b.safetensors",
+                                                       "judge.safetensors"]  # fmt: skip
+
+
 # ---------------------------------------------------------------- token ids and log-probs
 def test_the_trainer_scores_the_sampled_tokens_with_the_sampling_logprobs(run_dir, tmp_path):
     seen = tmp_path / "seen"
@@ -125,7 +142,7 @@ def test_the_trainer_scores_the_sampled_tokens_with_the_sampling_logprobs(run_di
     received = {r["id"]: r for r in (json.loads(p.read_text()) for p in seen.glob("*.json"))}
     calls = [c for _, c in trainable_calls(episodes)]
     assert len(calls) == len(received) == 8
-    scored = score(episodes, cfg)
+    scored = score(episodes, cfg.algo)
     samples = scored.samples["solver"]
     assert len(samples) == 8  # the arrival-parity reward splits each group 2 to 2: every call has an advantage
     by_ids = {(tuple(r["prompt_token_ids"]), tuple(r["token_ids"])): r for r in received.values()}
@@ -237,10 +254,16 @@ def test_the_step_goes_on_when_some_runs_fail(run_dir):
     assert [(m["program/failed_crash"], m["failed"], m["trajectories"]) for m in steps] == [(4, 4, 8), (4, 4, 8)]
 
 
-def test_a_missing_program_is_a_config_error(run_dir):
-    with pytest.raises(ConfigError, match="neither on PATH nor a file"):
-        build_parts(load_config(str(SOLVER_CHECKER / "config.yaml"),
-                                 [*tiny_run(), f"run.dir={run_dir}", "system.command=./no/such/program"]))  # fmt: skip
+@pytest.mark.parametrize("command, missing", [("./no/such/program", "no/such/program"),
+                                              ("python -u no_such_debate.py", "no_such_debate.py")])
+def test_a_missing_program_is_one_line_naming_its_path(command, missing, run_dir, capsys):
+    assert main(["train", str(SOLVER_CHECKER / "config.yaml"), *tiny_run(), f"run.dir={run_dir}",
+                 f"system.command={command}"]) == 2  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"masrl: config error: system.command: no program {Path.cwd() / missing}"
+                     + (" (nor './no/such/program' on PATH)" if command.startswith("./") else
+                        " (relative paths are from system.cwd)")]  # fmt: skip
+    assert not run_dir.exists()  # a run that never started leaves nothing behind
 
 
 def test_python_as_the_program_is_the_interpreter_masrl_runs_on(run_dir, monkeypatch):
@@ -348,7 +371,7 @@ def test_credit_options_on_recorded_runs(name, run_dir):
     episode = two_runs()
     assert [c.reward for c in episode.calls] == [0.0, 1.0, 0.0, 0.5, 0.0]
     cfg = config(run_dir, "x.py", "algo.advantage=grpo_mean", "algo.skip_zero_advantage=false", *options)
-    scored = score([episode], cfg)
+    scored = score([episode], cfg.algo)
     assert {cid: round(a, 9) for (_, cid), a in scored.advantages.items()} == expected
     weights = [s.weight for s in scored.samples["shared"]]
     # MHGPO eq. 6: 5 samples, 3 solver and 2 checker ones: w = 5 / (2 agents * 3) and 5 / (2 * 2)
@@ -374,3 +397,37 @@ def test_a_run_past_its_call_budget_fails(tiny_engine):
     assert [(c.agent, c.error) for c in episode.calls] == [
         ("solver", None), ("program", "too_many_calls: more than 1 model calls")]
     assert episode.failed_ids() == {"0", "0.0"}
+
+
+# ---------------------------------------------------------------- evaluation: concurrent runs, batched calls
+def test_evaluation_runs_programs_concurrently_and_their_calls_are_one_batch(tmp_path, monkeypatch):
+    """Four runs of barrier.py, which call only once all four are running (one at a time they never
+    would: each would fail "the other runs never came"), two asking `solver` and two `checker`: the
+    engine sees one batch of all four, and each greedy reply is what its call gets alone."""
+    from masrl.evaluate import evaluate
+    from masrl.generation.service import GenerationService
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    engine = build_parts(config(tmp_path / "run", PROGRAMS / "barrier.py",
+                                f"system.env={{BARRIER_DIR: '{barrier}', BARRIER_N: '4'}}"))  # fmt: skip
+    service = engine.eval_agents["solver"].service
+    seen = []
+
+    def recording(generate):
+        def generate_and_record(prompts, params, policy):
+            seen.append([list(p) for p in prompts])
+            return generate(prompts, params, policy)
+
+        return generate_and_record
+
+    monkeypatch.setattr(service, "_generate", recording(service._generate))
+    monkeypatch.setattr(GenerationService, "hold", lambda self: 60.0)  # only `coming` ends the wait here
+    result = evaluate(engine, engine.task.items("eval", 0, 4))
+
+    calls = [c for ep in result.episodes for c in ep.calls]
+    assert result.failed == 0 and all(c.reply is not None for c in calls)
+    assert sorted(c.agent for c in calls) == ["checker", "checker", "solver", "solver"]
+    assert len(seen) == 1 and sorted(seen[0]) == sorted(list(c.reply.prompt_ids) for c in calls)
+    alone = [asyncio.run(engine.eval_agents[c.agent](c.messages)).response_ids for c in calls]
+    assert [c.reply.response_ids for c in calls] == alone

@@ -239,31 +239,6 @@ def baselines_table(rows: Sequence[BaselineEval], modes: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def plot_cost_accuracy(results: Sequence[ModeEval], path: Path, baselines: Sequence[BaselineEval] = ()) -> Path:
-    """Accuracy against mean cost per query, one labelled point per mode (reference rows in grey)."""
-    # lazy: matplotlib takes about 1 s to import and only the final evaluation's figure draws with it
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: as above, after the Agg backend is chosen (no display)
-
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
-    xs, ys = [r.mean_cost for r in results], [r.accuracy for r in results]
-    ax.plot(xs, ys, "o-")
-    for r in results:
-        ax.annotate(r.mode, (r.mean_cost, r.accuracy), textcoords="offset points", xytext=(4, 4))
-    for b in baselines:
-        ax.plot([b.mean_cost], [b.accuracy], "s", color="grey")
-        ax.annotate(b.method, (b.mean_cost, b.accuracy), textcoords="offset points", xytext=(4, -10), fontsize=7)
-    ax.set_xlabel("mean cost per query ($)")
-    ax.set_ylabel("accuracy")
-    ax.set_title("cost vs accuracy by budget mode")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
 def budget_report(results: Sequence[ModeEval], experts: Sequence[str], baselines: Sequence[BaselineEval] = ()) -> str:
     """The per-mode table, the per-part table and the reference rows, as markdown."""
     parts = [
@@ -283,12 +258,12 @@ def budget_report(results: Sequence[ModeEval], experts: Sequence[str], baselines
 def write_budget_results(
     run_dir: Path, results: Sequence[ModeEval], experts: Sequence[str], baselines: Sequence[BaselineEval] = ()
 ) -> str:
-    """budget_results.md / .json and cost_accuracy.png in the run directory; returns the report text."""
+    """budget_results.md / .json in the run directory; returns the report text. The cost-accuracy figure is
+    drawn from the saved evaluation on the run page (views.py), with intervals on both axes."""
     text = budget_report(results, experts, baselines)
     (run_dir / "budget_results.md").write_text(text + "\n")
     payload = {"modes": [asdict(r) for r in results], "baselines": [asdict(b) for b in baselines]}
     (run_dir / "budget_results.json").write_text(json.dumps(payload, indent=2))
-    plot_cost_accuracy(results, run_dir / "cost_accuracy.png", baselines)
     return text
 
 

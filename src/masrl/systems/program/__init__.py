@@ -14,9 +14,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from masrl.systems.api import Built, ConfigError, SystemSpec, build_agent
+from masrl.systems.api import Built, ConfigError, Serving, SystemSpec, build_agent
 from masrl.systems.program.config import ProgramConfig
-from masrl.systems.program.system import ProgramSystem
+from masrl.systems.program.system import ProgramSystem, answer
 
 RULES = ("parallel", "fork_on_first", "per_turn_greedy", "full_tree")
 
@@ -34,12 +34,34 @@ def interpreter(command: list[str]) -> list[str]:
     return list(command)
 
 
+def script(command: list[str]) -> str | None:
+    """The script a Python interpreter is given (`python -u debate.py` -> debate.py); None for `-m`, `-c` or
+    another program."""
+    if not Path(command[0]).name.startswith("python"):
+        return None
+    for arg in command[1:]:
+        if arg in ("-m", "-c"):
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
+
+
+def check_found(command: list[str], cwd: str) -> None:
+    """One line naming the path when the program or its script is missing (at train, eval and serve start)."""
+    program = command[0]
+    if not Path(cwd).is_dir():
+        raise ConfigError(f"system.cwd: no directory {cwd} (the program runs there)")
+    if shutil.which(program) is None and not (Path(cwd) / program).is_file():
+        raise ConfigError(f"system.command: no program {Path(cwd) / program} (nor {program!r} on PATH)")
+    name = script(command)
+    if name is not None and not (Path(cwd) / name).is_file():
+        raise ConfigError(f"system.command: no program {Path(cwd) / name} (relative paths are from system.cwd)")
+
+
 def build(config, task) -> Built:
     c = config.system.model_copy(update={"command": interpreter(config.system.command)})
-    program = c.command[0]
-    where = Path(c.cwd or ".") / program
-    if shutil.which(program) is None and not where.exists():
-        raise ConfigError(f"system.command: {program!r} is neither on PATH nor a file")
+    check_found(c.command, c.cwd)
     frozen = {a.name: build_agent(a, task, config.run.seed) for a in c.frozen}
     return Built(ProgramSystem(c, task), dict(c.trained), frozen=frozen)
 
@@ -55,5 +77,6 @@ SYSTEM = SystemSpec(
     build=build,
     check=check,
     rules=RULES,
+    serving=Serving(answer=answer),
     summary="an agent program (any OpenAI client) trained through the gateway; trees by replay",
 )

@@ -18,6 +18,12 @@ it, provided each asks exactly what was recorded (same model, same messages). A 
 differs means the program is not deterministic given its model replies: the session is marked
 `nondeterministic` and answered 409, and the branch it was growing is dropped (system.py).
 
+Batching: the programs are processes, so their calls reach the generation service over HTTP,
+milliseconds apart, not in the same event-loop round as the built-in systems' coroutines. The
+gateway is the service's `Upstream` (masrl.generation.service): while some open episode has no
+call in flight, more calls are coming, and the service holds a batch briefly for them, so the
+calls of concurrent runs are generated together.
+
 Routes under `/e/<session>`: `/v1/chat/completions`, `/v1/models`, `POST /v1/rewards`
 (`{"id": <completion id>, "reward": x}`: a per-call reward) and `GET /v1/calls` (this episode's
 recorded calls with their token ids).
@@ -71,6 +77,7 @@ class Session:
     calls: list[Recorded] = field(default_factory=list)
     rewards: dict[str, float] = field(default_factory=dict)  # completion id -> reward the program posted
     fault: str | None = None  # the first reason this episode failed at the gateway
+    generating: int = 0  # calls of this episode waiting for their generation now
 
     def fail(self, reason: str) -> None:
         self.fault = self.fault or reason
@@ -95,11 +102,14 @@ class Session:
             p = agent.params
             limit = min(request.token_limit or p.max_new_tokens, p.max_new_tokens)
             agent = agent.with_params(replace(p, max_new_tokens=limit, stop=p.stop + request.stops, logprobs=True))
+        self.generating += 1
         try:
             reply = await agent(messages)
         except Exception as exc:  # noqa: BLE001 - the episode fails with the reason; the step goes on
             self.fail(f"agent_error: {name}: {type(exc).__name__}: {exc}")
             raise HTTPError(502, f"agent {name!r} failed: {exc}", "api_error") from None
+        finally:
+            self.generating -= 1
         recorded = Recorded(completion_id(), name, messages, reply)
         self.calls.append(recorded)
         return recorded
@@ -130,7 +140,15 @@ class Gateway:
         sid = secrets.token_hex(8)
         session = Session(sid, secrets.token_urlsafe(24), agents, frozenset(trained), tuple(replay), max_calls)
         self.sessions[sid] = session
+        for name in session.trained & agents.keys():  # trained agents are PolicyAgents: their batching service
+            agents[name].service.listen(self)
         return session
+
+    def coming(self) -> bool:
+        """Whether a call is likely to arrive soon: some episode's program runs with no call in flight
+        (masrl.generation.service.Upstream)."""
+        # A copy: a rollout sampled ahead (masrl.rollout.ahead) opens sessions on another thread's loop.
+        return any(s.generating == 0 for s in tuple(self.sessions.values()))
 
     def close(self, session: Session) -> None:
         self.sessions.pop(session.id, None)

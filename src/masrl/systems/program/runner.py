@@ -1,7 +1,8 @@
 """Run one episode of an agent program: a subprocess with its limits, and what its output means.
 
 The program gets the task as one JSON object on stdin and answers with a JSON object on its last
-line of stdout (`{"answer": ..., "reward": ...}`). It is untrusted: it may crash, hang, print
+line of stdout (`{"answer": ..., "reward": ..., "rewards": {...}}`: `reward` scores the whole run,
+`rewards` single roles or calls, by model name or completion id). It is untrusted: it may crash, hang, print
 nothing useful or flood its output, and each of these ends the episode with a named fault
 (`crash`, `timeout`, `no_json`, `flood`) rather than an exception in the training step. The process
 runs in its own session (process group), so a timeout or a flood kills everything it started.
@@ -18,7 +19,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 STDERR_TAIL = 2000  # characters of stderr kept for a crash's reason
 
@@ -29,30 +30,55 @@ class Outcome:
     reward: float | None  # the program's own reward, if it reported one
     fault: str | None  # "crash: ...", "timeout: ...", "no_json: ...", "flood: ..."; None when it ran well
     seconds: float
+    rewards: Mapping[str, float] = field(default_factory=dict)  # the last line's `rewards`: role or call id -> reward
 
 
-def parse_last_line(stdout: bytes) -> tuple[str | None, float | None, str | None]:
-    """(answer, reward, fault) from a program's stdout: its last non-empty line must be a JSON object
-    with an `answer` (any JSON scalar, taken as text) and optionally a finite numeric `reward`."""
+class BadRewards(ValueError):
+    """The last line's `rewards` is not an object of finite numbers: a mistake in the program that every run
+    repeats, so it stops the run (one line, exit code 4) rather than failing one run."""
+
+
+def parse_last_line(stdout: bytes) -> tuple[str | None, float | None, str | None, dict[str, float]]:
+    """(answer, reward, fault, rewards) from a program's stdout: its last non-empty line must be a JSON object
+    with an `answer` (any JSON scalar, taken as text), optionally a finite numeric `reward` and a `rewards`
+    object of finite numbers (BadRewards otherwise)."""
     lines = [line for line in stdout.decode("utf-8", "replace").splitlines() if line.strip()]
     if not lines:
-        return None, None, "no_json: the program printed nothing"
+        return None, None, "no_json: the program printed nothing", {}
     last = lines[-1].strip()
     try:
         record = json.loads(last)
     except ValueError:
-        return None, None, f"no_json: last line is not JSON: {last[:120]!r}"
+        return None, None, f"no_json: last line is not JSON: {last[:120]!r}", {}
     if not isinstance(record, dict) or "answer" not in record:
-        return None, None, f"no_json: last line has no 'answer': {last[:120]!r}"
+        return None, None, f"no_json: last line has no 'answer': {last[:120]!r}", {}
     answer = record["answer"]
     if isinstance(answer, (dict, list)):
-        return None, None, "no_json: 'answer' must be a string or a number"
+        return None, None, "no_json: 'answer' must be a string or a number", {}
     reward = record.get("reward")
     if reward is not None:
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            return None, None, f"no_json: 'reward' must be a finite number, got {reward!r}"
+        if not finite(reward):
+            return None, None, f"no_json: 'reward' must be a finite number, got {reward!r}", {}
         reward = float(reward)
-    return ("" if answer is None else str(answer)), reward, None
+    return ("" if answer is None else str(answer)), reward, None, parse_rewards(record.get("rewards"))
+
+
+def finite(x: object) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def parse_rewards(rewards: object) -> dict[str, float]:
+    """The last line's `rewards` ({} when absent): an object whose values are finite numbers."""
+    if rewards is None:
+        return {}
+    if not isinstance(rewards, dict):
+        raise BadRewards(f"the program's last line has 'rewards' {str(rewards)[:80]!r}: it must be an object of "
+                         "model name or call id -> finite number")  # fmt: skip
+    bad = {k: v for k, v in rewards.items() if not finite(v)}
+    if bad:
+        key, value = next(iter(bad.items()))
+        raise BadRewards(f"the program's last line rewards {key!r} with {value!r}: rewards must be finite numbers")
+    return {k: float(v) for k, v in rewards.items()}
 
 
 async def run_program(
@@ -97,15 +123,17 @@ async def run_program(
         except (BrokenPipeError, ConnectionResetError):  # it exited without reading its task: its exit code says why
             pass
 
+    io = asyncio.gather(feed(), read_stdout(), read_stderr(), proc.wait())
     try:
-        await asyncio.wait_for(asyncio.gather(feed(), read_stdout(), read_stderr(), proc.wait()), timeout)
+        await asyncio.wait_for(io, timeout)
     except asyncio.TimeoutError:
         _kill(proc)
         await proc.wait()
         seconds = time.perf_counter() - started
         return Outcome(None, None, f"timeout: still running after {timeout:g} s (killed)", seconds)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # the rollout stops (another run's error, Ctrl-C): kill it, reap it, then go
         _kill(proc)
+        await asyncio.gather(io, proc.wait(), return_exceptions=True)
         raise
     return await _ended(proc, bytes(out), bytes(err), flooded, max_output_bytes, time.perf_counter() - started)
 
@@ -119,8 +147,8 @@ async def _ended(proc: asyncio.subprocess.Process, out: bytes, err: bytes, flood
     if proc.returncode != 0:
         tail = err.decode("utf-8", "replace").strip()[-STDERR_TAIL:]
         return Outcome(None, None, f"crash: exit code {proc.returncode}: {tail}", seconds)
-    answer, reward, fault = parse_last_line(out)
-    return Outcome(answer, reward, fault, seconds)
+    answer, reward, fault, rewards = parse_last_line(out)
+    return Outcome(answer, reward, fault, seconds, rewards)
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -27,7 +27,13 @@ them per reason in the step's metrics.
 
 Rewards: the last call of a run carries `final` = correct_weight * checker score + program
 reward weight * the program's own reward (plus `correct`, and `program` when reported); a call
-the program rewarded itself (POST /v1/rewards) carries that as its immediate reward (`call`).
+the program rewarded itself (POST /v1/rewards) carries that as its immediate reward (`call`), and
+a call its last line's `rewards` names, by its model name (every call of that role) or its
+completion id, carries local_weight times the sum of those as `local`. The run's final reward is
+the team reward every call of it shares; `local` is the call's own (AT-GRPO's team and local
+rewards, eq. 4; what `descendant_mean` credit adds to the final reward below a call, and the only
+reward that moves the advantages of one role alone). A `rewards` key that is neither a model name
+of the run nor one of its call ids stops the run (`UnknownRewardKey`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,23 @@ class Run:
     rewards: Mapping[str, float]  # per-call rewards it posted, by completion id
     outcome: Outcome
     fault: str | None  # the gateway's reason first (an unknown model usually crashes the program after)
+    local: Mapping[str, float] = field(default_factory=dict)  # its last line's rewards per call, by completion id
+
+
+class UnknownRewardKey(ValueError):
+    """The last line's `rewards` names neither a model of the run nor one of its calls: a mistake in the
+    program (a misspelt role) that every run repeats, so the run stops (one line, exit code 4)."""
+
+
+def local_rewards(reported: Mapping[str, float], calls: Sequence[Recorded], names: Sequence[str]) -> dict[str, float]:
+    """Each call's share of the last line's `rewards`: its role's reward plus its own id's, by completion id."""
+    ids = {c.id for c in calls}
+    for key in reported:
+        if key not in ids and key not in names:
+            raise UnknownRewardKey(f"the program's last line rewards {key!r}, which is neither a model name of the "
+                                   f"run ({', '.join(sorted(names))}) nor the id of one of its {len(ids)} calls")
+    return {c.id: reported.get(c.agent, 0.0) + reported.get(c.id, 0.0) for c in calls
+            if c.agent in reported or c.id in reported}  # fmt: skip
 
 
 @dataclass
@@ -85,7 +108,9 @@ class ProgramSystem:
                                             c.max_output_bytes, c.cwd)  # fmt: skip
             finally:
                 self.gateway.close(session)
-        return Run(tuple(session.calls), dict(session.rewards), outcome, session.fault or outcome.fault)
+        calls = tuple(session.calls)
+        local = local_rewards(outcome.rewards, calls, tuple(session.agents))
+        return Run(calls, dict(session.rewards), outcome, session.fault or outcome.fault, local)
 
     def _env(self, session: Session) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
@@ -108,7 +133,7 @@ class ProgramSystem:
                     parent: str | None, depth: int, carried: Run | None) -> None:  # fmt: skip
         step = self.step(carried.calls[depth]) if carried else ROOT
         width = rule.width(depth, step)
-        fresh = await asyncio.gather(*(self.run(agents, item, prefix) for _ in range(width - (carried is not None))))
+        fresh = await together(self.run(agents, item, prefix) for _ in range(width - (carried is not None)))
         runs = ([carried] if carried else []) + list(fresh)
         nodes: list[tuple[Call, Run | None]] = []
         for i, run in enumerate(runs):
@@ -120,10 +145,10 @@ class ProgramSystem:
         for i, (call, run) in enumerate(nodes):  # a candidate that does not continue is a leaf, as in any tree;
             if run is not None and i not in kept and run.fault:  # its run's later fault is still counted
                 out.append(failed_call(f"{call.id}.0", call.id, depth + 1, run.fault))
-        await asyncio.gather(*(
+        await together(
             self._grow(agents, item, rule, out, run.calls[: depth + 1], call.id, depth + 1, run)
             for i, (call, run) in enumerate(nodes) if run is not None and i in kept
-        ))  # fmt: skip
+        )  # fmt: skip
 
     def step(self, rec: Recorded) -> Step:
         return Step(rec.agent, rec.agent, 0, rec.messages, branch=rec.agent in self.config.trained)
@@ -145,9 +170,11 @@ class ProgramSystem:
         rewards: dict[str, float] = {}
         if rec.id in run.rewards:
             rewards["call"] = run.rewards[rec.id]
+        if rec.id in run.local:
+            rewards["local"] = self.config.local_weight * run.local[rec.id]
         if last and run.fault is None:
             rewards.update(self.final_rewards(item, run.outcome))
-        reward = rewards.get("call", 0.0) + rewards.get("final", 0.0)
+        reward = rewards.get("call", 0.0) + rewards.get("local", 0.0) + rewards.get("final", 0.0)
         call = Call(**where, agent=rec.agent, role=rec.agent, messages=rec.messages, reply=rec.reply,
                     action=run.outcome.answer if last else None, rewards=rewards, reward=reward,
                     done=last and run.fault is None)  # fmt: skip
@@ -169,6 +196,25 @@ class ProgramSystem:
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
         """Failed runs per reason (`program/failed_<reason>`) and in all; depends on the episodes alone."""
         return fault_metrics(episodes)
+
+
+async def together(coroutines) -> list:
+    """Their results, run at once; when one raises (a program's `rewards` stop the run) the others are
+    cancelled, their programs killed, and awaited before the error goes on: no run outlives the episode."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def answer(episode: Episode) -> str:
+    """What `masrl serve` answers: the program's printed `answer`, the text training scored, not its last
+    call's reply (a judge that says "A" picks a debater's answer)."""
+    return episode.leaves()[-1].action or ""
 
 
 def checked(task, item: TaskItem, answer: str | None) -> float:
