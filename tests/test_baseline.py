@@ -166,6 +166,24 @@ def test_runs_without_a_single_agent_equivalent_are_one_line_errors(team, tmp_pa
     assert "--seeds 2: " in refused(team, "--seeds", "2")
 
 
+def test_a_single_run_stopped_before_its_first_checkpoint_is_continued_not_started_anew(team, tmp_path, capsys):
+    from masrl.baseline import plan, train_planned
+    from masrl.loading import dump_config
+    from masrl.run.files import RunDir
+
+    planned = plan(team, ["tokens"], out=str(tmp_path / "s"))
+    started = RunDir(planned[0].run_dir)
+    started.path.mkdir(parents=True)
+    dump_config(planned[0].config.model_dump(mode="json"), started.config)  # killed before step 1's checkpoint
+    calls = []
+    train_planned(planned, lambda config, resume=None: calls.append((config, resume)))
+    assert calls == [(None, planned[0].run_dir)]  # a new run may not write into its directory: it resumes
+    other = planned[0].config.model_copy(update={"trainer": planned[0].config.trainer.model_copy(update={"lr": 1.0})})
+    dump_config(other.model_dump(mode="json"), started.config)
+    with pytest.raises(ConfigError, match="holds another run; remove it or choose --out"):
+        train_planned(planned, lambda config, resume=None: calls.append((config, resume)))
+
+
 def test_another_task_family_takes_the_single_agent_config_named_for_it(team, tmp_path, capsys):
     other = tmp_path / "planpath"
     shutil.copytree(team, other)

@@ -216,7 +216,7 @@ def test_two_processes_log_the_seeded_metrics_of_one(runs):
     # 1 vs 2 processes measured 8.8e-5 (docs/scale.md). The float64 test above holds 1e-6 for one update.
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 5e-4
     assert sorted(os.listdir(runs[2] / "checkpoints" / "step_000006")) == [
-        "meta.json", "optimizer", "policy", "rng.pt", "rng_ranks.pt"
+        "meta.json", "metrics.jsonl", "optimizer", "policy", "rng.pt", "rng_ranks.pt"
     ]  # fmt: skip
 
 

@@ -19,30 +19,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_runs import ENV, trained_tiny
+from cli_runs import cli as _cli
+from cli_runs import messages as _messages
+from cli_runs import run_cli as _run
 from seeded import volatile
 from smoke import tiny_run
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "masrl.cli", *args]
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(_cli(*args), env=ENV, capture_output=True, text=True, timeout=600)
-
-
-def _messages(stderr: str) -> list[str]:
-    """The `masrl:` lines, each on a line of its own (a progress bar's `\\r` redraws are not a new line),
-    less the note of the memory allocator a started run restarts under (masrl.memory)."""
-    lines = [line for line in stderr.split("\n") if line.startswith("masrl: ")]
-    return [line for line in lines if not line.startswith("masrl: memory allocator")]
 
 
 def _rows(run: Path) -> list[dict]:
@@ -247,10 +233,7 @@ def test_a_full_disk_is_one_line_exit_3_and_resume_finishes_once_space_is_freed(
 # ---------------------------------------------------------------- 4. the small ones
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("trained") / "run"
-    done = _run("train", "single-arithmetic", *tiny_run(), "eval.before=false", f"run.dir={run}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return run
+    return trained_tiny(tmp_path_factory.mktemp("trained") / "run", "eval.before=false")
 
 
 def test_a_config_path_that_is_a_directory_is_one_line_exit_2(trained):
@@ -324,7 +307,9 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_one_line_exit_3(tmp_path):
     assert [line.split(" is unreadable")[0] for line in set_aside] == [
         "masrl: checkpoint step_000002", "masrl: checkpoint step_000001"]
     assert message == (f"masrl: no checkpoint of {run} reads back whole (each was set aside as broken-step_*); "
-                       f"masrl train {run}/config.yaml starts the run again")
-    again = _run("train", str(config))  # the command the line names
+                       f"masrl train {run}/config.yaml run.dir=NEW_DIR starts the run again in a new directory")
+    fresh = tmp_path / "again"
+    again = _run("train", str(config), f"run.dir={fresh}")  # the command the line names
     assert again.returncode == 0, again.stderr[-3000:]
-    assert [r["step"] for r in _train_rows(run)] == [1, 2, 3]
+    assert [r["step"] for r in _train_rows(fresh)] == [1, 2, 3]
+    assert [r["step"] for r in _train_rows(run)] == [1, 2]  # the broken run is left as it was

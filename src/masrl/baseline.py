@@ -222,26 +222,32 @@ def dry_run_text(planned: Sequence[Planned]) -> str:
     return "\n".join(parts)
 
 
-def train_planned(planned: Sequence[Planned], train: Callable[[Config], Path]) -> None:
+def train_planned(planned: Sequence[Planned], train: Callable[..., Path]) -> None:
     """Train each planned run (`train`: masrl.train.train), or reuse one a former call finished with the
-    same config; progress on stderr, each run's bar from training."""
+    same config, or continue one it started (stopped before its first checkpoint: it starts again in
+    its own directory, which a new run may not write into); progress on stderr, each run's bar from training."""
     for k, p in enumerate(planned, 1):
         head = f"masrl: baseline {k}/{len(planned)}: {p.run_dir}, equal {p.budget} with {p.team}"
         if reusable(p):
             print(f"{head}: already trained with this config, reused", file=sys.stderr)
             continue
         print(f"{head} ({budget_text(p)})", file=sys.stderr, flush=True)
-        train(p.config)
+        if RunDir(p.run_dir).config.is_file():  # reusable() checked it is this config
+            train(None, resume=p.run_dir)
+        else:
+            train(p.config)
 
 
 def reusable(p: Planned) -> bool:
     """Whether the run directory already holds this config's finished run (a ConfigError if another run)."""
     run = RunDir(p.run_dir)
     saved_path = run.config
-    if not saved_path.is_file() or run.latest_checkpoint() is None:
+    if not saved_path.is_file():
         return False
     if yaml.safe_load(saved_path.read_text()) != p.config.model_dump(mode="json"):
         raise ConfigError(f"{p.run_dir} holds another run; remove it or choose --out")
+    if run.latest_checkpoint() is None:
+        return False
     finished_run(p.run_dir)  # the same config, stopped early: finish it, then run this command again
     return True
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,6 +57,7 @@ from masrl.rollout.hooks import SystemHooks, check_system
 from masrl.rollout.rules import BRANCH_RULES
 from masrl.rollout.system_errors import SystemErrors
 from masrl.rollout.tree import BranchRule, EnvSteps, Planner, System
+from masrl.run.files import RunDir
 from masrl.sandbox import limits_only_chosen
 from masrl.systems.api import Built, SystemSpec
 from masrl.tasks.base import Task
@@ -204,7 +204,7 @@ def build_parts(config: Config, model: Any = None) -> Parts:
 def system_errors(config: Config) -> SystemErrors:
     """What a rollout does when the system's own code raises, and where its tracebacks go."""
     r = config.rollout
-    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, Path(config.run.dir) / "errors.log",
+    return SystemErrors(config.system.kind, r.on_system_error, r.max_dropped, RunDir(config.run.dir).errors,
                         r.hook_timeout_s)  # fmt: skip
 
 

@@ -36,6 +36,7 @@ import asyncio
 import os
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -45,12 +46,13 @@ from tqdm import tqdm
 from masrl import distributed
 from masrl.checkpoint import read_meta
 from masrl.config import Config, ConfigError, TrainerConfig
-from masrl.loading import load_config, validate
+from masrl.loading import load_config
 from masrl.parts import Parts, build_parts, config_placement
 from masrl.rollout.ahead import RolloutAhead, staleness, timed
 from masrl.rollout.tree import rollout
 from masrl.run.evals import eval_due, final_eval, log_eval
 from masrl.run.files import RunDir
+from masrl.run.lock import hold
 from masrl.run.log import RunLogger
 from masrl.run.prepare import DISK_ERRNOS, disk_message, next_command, prepare_run_dir, undo_new_run
 from masrl.run.resume import checkpoint, restore, restore_newest
@@ -153,10 +155,11 @@ def train(config: Config | None, resume: str | Path | None = None, model=None) -
     return result
 
 
-def _rank_train(config_data: dict, resume: str | None) -> None:
-    """One rank that `distributed.launch` started (it set torchrun's environment variables)."""
+def _rank_train(run_dir: str) -> None:
+    """One rank that `distributed.launch` started (it set torchrun's environment variables): it continues the
+    run directory the launcher prepared (a new run's from step 0), under the launcher's lock."""
     try:
-        train(None if resume else validate(config_data), resume=resume)
+        train(None, resume=run_dir)
     except TrainingError as exc:
         raise distributed.RankFailed(str(exc)) from None
     except Interrupted:  # every rank stopped with rank 0 (its signal is broadcast); the launcher says what was kept
@@ -165,8 +168,8 @@ def _rank_train(config_data: dict, resume: str | None) -> None:
 
 def _train(config: Config, run: RunDir, resuming: bool, model=None) -> Path:
     try:
-        with Signals() as signals:
-            return _prepare_and_run(config, run, resuming, model, signals)
+        with Signals() as signals, ExitStack() as held:  # held: the run directory's lock, on rank 0
+            return _prepare_and_run(config, run, resuming, model, signals, held)
     except OSError as exc:
         if exc.errno not in DISK_ERRNOS:
             raise
@@ -174,10 +177,11 @@ def _train(config: Config, run: RunDir, resuming: bool, model=None) -> Path:
         raise EnvironmentProblem(disk_message(exc, run, config.trainer.steps)) from None
 
 
-def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals: Signals) -> Path:
+def _prepare_and_run(config: Config, run: RunDir, resuming: bool, model, signals: Signals, held: ExitStack) -> Path:
     plan = None
     if distributed.is_main():  # rank 0 owns the run directory; every rank starts where it says
         try:
+            held.enter_context(hold(run, "masrl train"))  # one writer; under trainer.processes=N, the launcher's
             plan = (prepare_run_dir(run, config.model_dump(mode="json"), config.trainer.steps, resuming), None)
         except (TrainingError, ConfigError, EnvironmentProblem) as exc:
             plan = (None, exc)

@@ -11,6 +11,7 @@ Vocabulary (see docs/usage.md, "The engine in one paragraph"):
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -84,6 +85,9 @@ class ExitCode(IntEnum):
     SYSTEM = 4  # the user's system code raised (rollout.on_system_error: stop)
     INTERRUPTED = 130  # SIGINT or SIGTERM: the last finished step is checkpointed; --resume continues
     BROKEN_PIPE = 141  # the reader of the output went away (`masrl models | head -1`): quiet, as a Unix tool
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what stops any command: exit code INTERRUPTED, one line
 
 
 class EnvironmentProblem(RuntimeError):

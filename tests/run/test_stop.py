@@ -26,7 +26,7 @@ def test_interrupted_message_says_what_was_kept(tmp_path):
     run.mkdir()
     (run / "config.yaml").write_text("")
     assert interrupted_message("SIGINT", 0, 50, 0, RunDir(run)) == (
-        f"interrupted (SIGINT) before step 1 finished; no step to keep; masrl train {run}/config.yaml starts "
+        f"interrupted (SIGINT) before step 1 finished; no step to keep; masrl train --resume {run} starts "
         "the run again")
     _checkpoint(run, 3)
     assert interrupted_message("SIGTERM", 3, 50, 0, RunDir(run)) == (

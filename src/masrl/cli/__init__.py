@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 import webbrowser
+from contextlib import ExitStack
 from pathlib import Path
 
+from masrl.cli.serving import serve
 from masrl.config import ConfigError
-from masrl.types import EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
+from masrl.types import STOP_SIGNALS, EnvironmentProblem, ExitCode, SystemCodeError, TrainingError
 
 # Every other masrl module imports torch (seconds): the commands import what they use inside their
 # functions (`# lazy: torch`), after `main` has installed its signal handlers, so that a Ctrl-C or a
@@ -32,9 +34,6 @@ def _split_config(arg: str | None, overrides: list[str]) -> tuple[str | None, li
 
 
 _DISK_ERRORS = frozenset((errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM))
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _stop_now(signum: int, frame) -> None:
@@ -56,7 +55,7 @@ def _exit_now(signum: int, frame) -> None:
 
 
 def _handle_stop_signals(handler) -> None:
-    for sig in _STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored by what started us (`nohup`, `cmd &`): it stays
             signal.signal(sig, handler)
 
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if own_process:
         _handle_stop_signals(_stop_now)  # before the imports below, which take seconds
         # a restart under jemalloc (masrl.memory) blocked them across the exec: now they reach `_stop_now`
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         code = _command(argv, own_process)
         sys.stdout.flush()  # here, not at exit: a reader that went away is a BrokenPipeError for the clause below
@@ -198,9 +197,15 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
+    with ExitStack() as held:  # a run directory's lock, once the target is one (masrl.run.lock)
+        return _evaluate(args, held)
+
+
+def _evaluate(args, held: ExitStack) -> int:
     from masrl.checkpoint import atomic_write_json, read_meta  # lazy: with the other imports of the commands
     from masrl.evaluate import eval_record, evaluate_system  # lazy: torch
     from masrl.loading import load_config  # lazy: torch
+    from masrl.run.lock import hold  # lazy: with the other imports of the commands
     from masrl.parts import build_parts  # lazy: torch
     from masrl.preflight import preflight  # lazy: torch
     from masrl.run.files import RunDir  # lazy: torch
@@ -212,6 +217,7 @@ def _eval(args) -> int:
         if target and Path(target).is_dir():
             run = Path(target)
             _saved_config(run)
+            held.enter_context(hold(RunDir(run), "masrl eval"))  # one writer: its eval.json, errors.log
             check_eval_overrides(overrides)  # before the restart under jemalloc: a mistake is one message
             preflight(load_config(RunDir(run).config))  # its evaluation's needs too (MiniLM baselines)
             ckpt = RunDir(run).latest_checkpoint()
@@ -355,92 +361,9 @@ def _report(args) -> int:
     return 0
 
 
-def _serve(args) -> int:
-    from masrl.http import ServerSettings, create_app, run  # lazy: fastapi and uvicorn
-    from masrl.run.files import RunDir  # lazy: torch
-    from masrl.run.trained import load_trained  # lazy: torch
-    from masrl.serve import backend_for  # lazy: torch
-
-    if not 0 <= args.port <= 65535:  # before a model loads (0: any free port)
-        raise ConfigError(f"--port {args.port} is not a TCP port (0 to 65535)")
-    if args.max_concurrency < 1 or args.max_body_bytes < 1:
-        raise ConfigError("--max-concurrency and --max-body-bytes must be at least 1")
-    if args.api_key is not None and not args.api_key.strip():
-        raise ConfigError("--api-key (or MASRL_API_KEY) is empty")
-    settings = ServerSettings(args.host, args.port, args.api_key, args.max_body_bytes, args.max_concurrency)
-    if args.inference:
-        return _serve_inference(args, settings)
-    if args.run_dir is None:
-        raise ConfigError("masrl serve needs a run directory (or --inference MODEL)")
-    run_dir = Path(args.run_dir)
-    if not RunDir(run_dir).config.exists():
-        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
-    try:
-        engine, _ = load_trained(run_dir)  # a damaged newest checkpoint passed over, with a line saying so
-    except TrainingError as exc:
-        print(f"masrl: {exc}", file=sys.stderr)
-        return 1
-    name = args.name or run_dir.resolve().name
-    backend = backend_for(engine, name, args.policy)
-    what = f"policy {args.policy}" if args.policy else f"system {engine.config.system.kind}"
-    print(f"masrl: serving {what} of {run_dir} as model {backend.models()[0].id!r} on http://{args.host}:{args.port}/v1"
-          + (" (API key required)" if args.api_key else ""), file=sys.stderr)  # fmt: skip
-    return _serve_until_stopped(run, create_app(backend, settings, title=f"masrl: {name}"), settings)
-
-
-def _serve_inference(args, settings) -> int:
-    import torch  # lazy: torch
-
-    from masrl.http import run  # lazy: fastapi and uvicorn
-    from masrl.inference import inference_app  # lazy: torch, fastapi
-    from masrl.models import check_model_name, load_model  # lazy: torch
-
-    if args.run_dir is not None or args.policy:
-        raise ConfigError("--inference serves a base model, not a run: leave out the run directory and --policy")
-    if args.max_adapters < 1:
-        raise ConfigError("--max-adapters must be at least 1")
-    problem = check_model_name(args.inference)
-    if problem:
-        raise ConfigError(problem)
-    root = Path(args.adapter_root) if args.adapter_root else None
-    if root is not None and not root.is_dir():
-        raise ConfigError(f"--adapter-root {root} is not a directory")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    app = inference_app(load_model(args.inference, seed=args.seed), args.name or args.inference, root, settings,
-                        args.max_adapters)  # fmt: skip
-    print(f"masrl: serving {args.inference} for rollouts on http://{args.host}:{args.port}/v1"
-          + (f", adapters from {root}" if root else ", no adapter root (adapters refused)")
-          + (" (API key required)" if args.api_key else ""), file=sys.stderr, flush=True)  # fmt: skip
-    return _serve_until_stopped(run, app, settings)
-
-
-def _serve_until_stopped(run, app, settings) -> int:
-    """Serve until SIGINT or SIGTERM: exit code 130, as for every command. uvicorn answers the requests in
-    flight, then raises the signal again and swallows the KeyboardInterrupt that `stop` raises for it: the
-    signal is noted here."""
-    stopped: list[str] = []
-
-    def stop(signum: int, frame) -> None:
-        stopped.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt(stopped[0])  # before uvicorn has its handlers: it stops the start
-
-    before = [signal.signal(sig, stop) for sig in _STOP_SIGNALS]
-    try:
-        run(app, settings)
-    finally:
-        for sig, handler in zip(_STOP_SIGNALS, before, strict=True):
-            signal.signal(sig, handler)
-    if not stopped:
-        return 0
-    print(f"masrl: stopped serving ({stopped[0]}); the requests in flight were answered", file=sys.stderr)
-    return ExitCode.INTERRUPTED
-
-
 _COMMANDS = {
     "train": _train, "eval": _eval, "compare": _compare, "baseline": _baseline, "view": _view, "config": _config, "models": _models,
     "systems": _systems,
-    "report": _report, "serve": _serve,
+    "report": _report, "serve": serve,
 }  # fmt: skip
 

@@ -1,7 +1,7 @@
 """The run directory: every file a run writes, named once, and reading them back.
 
 `RunDir` is the one object that knows where a run keeps its files (RUN/config.yaml,
-metrics.jsonl, samples.jsonl, tb/, evals/step-N.json, eval.json, results.json, report.html; its
+metrics.jsonl, samples.jsonl, tb/, evals/step-N.json, eval.json, results.json, report.html, .lock; its
 checkpoints/ through masrl.checkpoint) and says what is on disk: the newest checkpoint,
 whether a step's line was logged, every saved evaluation. The rest of masrl asks it for a
 path instead of spelling a file's name. The modules beside it act on a run through it:
@@ -97,7 +97,23 @@ class RunDir:
         """`masrl report RUN_DIR`'s page, one self-contained file."""
         return self.path / "report.html"
 
+    @property
+    def errors(self) -> Path:
+        """The tracebacks of a system's code that raised (masrl.rollout.system_errors)."""
+        return self.path / "errors.log"
+
+    @property
+    def lock(self) -> Path:
+        """Held by the one process writing the run (masrl.run.lock); it names that process."""
+        return self.path / ".lock"
+
     # ------------------------------------------------------------ what is on disk
+    def run_files(self) -> list[Path]:
+        """The files and folders of a run that are here (not the lock): a new run may write where there are none."""
+        named = (self.config, self.checkpoints, self.metrics, self.samples, self.tensorboard, self.evals,
+                 self.eval_json, self.results, self.report, self.errors)  # fmt: skip
+        return [p for p in named if p.exists()]
+
     def latest_checkpoint(self) -> Path | None:
         """The newest complete checkpoint (masrl.checkpoint.latest_checkpoint), None before the first."""
         return latest_checkpoint(self.path)
@@ -116,6 +132,12 @@ class RunDir:
         if not self.metrics.exists():
             return False
         return any(r["step"] == step and r["kind"] == kind for _, r in records(self.metrics.read_text().splitlines()))
+
+    def logged_steps(self, kind: str = "train") -> list[int]:
+        """The steps metrics.jsonl holds a `kind` line for, in the file's order."""
+        if not self.metrics.exists():
+            return []
+        return [r["step"] for _, r in records(self.metrics.read_text().splitlines()) if r["kind"] == kind]
 
     def write_eval(self, step: int, result: SystemEval) -> Path:
         """Save an evaluation's per-item results: intervals and `masrl compare` read them."""

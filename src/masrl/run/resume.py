@@ -4,7 +4,9 @@
 (masrl.checkpoint writes it atomically): every learner's adapters and optimiser,
 every rank's RNG state and the rollout workers' sampling generators, the data
 position, the system's own state (`Stateful`, e.g. the router's Lagrange
-multipliers) and frozen agents' state (a simulated pool's attempt counts).
+multipliers) and frozen agents' state (a simulated pool's attempt counts); with
+them the config it was written with and a copy of metrics.jsonl, so that a resume
+can name a key edited since and restore log lines lost since (masrl.run.prepare).
 `restore_newest` loads the newest checkpoint that reads back whole, setting a
 damaged one aside when training (none at all is a broken run directory:
 EnvironmentProblem); with `weights_only` it loads only what evaluation and
@@ -13,6 +15,7 @@ serving need, for `masrl eval` and `masrl serve` (masrl.run.trained).
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -41,7 +44,10 @@ def checkpoint(engine: Parts, run: RunDir, step: int, worker_rngs: bool = True) 
         files["rng_workers.pt"] = lambda path: torch.save(workers, path)
     if len(rngs) > 1:  # ranks > 0 draw only for dropout, but a resumed run restores them too
         files["rng_ranks.pt"] = lambda path: torch.save(rngs, path)
-    meta = {"data_position": step * engine.config.trainer.batch_size}
+    if run.metrics.exists():  # the log as it is now, whole: a resume restores lines cut or deleted since
+        files[run.metrics.name] = lambda path: shutil.copyfile(run.metrics, path)
+    # the config it was written with: a resume compares the saved config.yaml with it key by key
+    meta = {"data_position": step * engine.config.trainer.batch_size, "config": engine.config.model_dump(mode="json")}
     if engine.hooks.state is not None:  # a system's own state (e.g. Lagrange multipliers)
         meta["system"] = engine.hooks.state.state_dict()
     # Frozen agents with state (a simulated agent's attempt counts) resume where they were.
@@ -90,7 +96,8 @@ def restore_newest(engine: Parts, run: RunDir, weights_only: bool = False) -> Pa
     # a broken run directory (the machine's, exit 3): the damaged checkpoints stay, set aside, for a look
     aside = "" if weights_only else " (each was set aside as broken-step_*)"
     raise EnvironmentProblem(f"no checkpoint of {run} reads back whole{aside}; "
-                             f"masrl train {run.config} starts the run again")  # fmt: skip
+                             f"masrl train {run.config} run.dir=NEW_DIR starts the run again in a new "
+                             "directory")  # fmt: skip
 
 
 def rng_state(ckpt: Path, rank: int) -> dict:

@@ -24,6 +24,7 @@ from masrl import distributed
 from masrl.config import ConfigError, TrainerConfig
 from masrl.parts import config_placement
 from masrl.run.files import RunDir
+from masrl.run.lock import hold
 from masrl.run.prepare import next_command, prepare_run_dir
 from masrl.types import TrainingError
 
@@ -144,23 +145,28 @@ def budget_note(max_minutes: float | None, max_sampled_tokens: int | None, step:
 
 
 # ---------------------------------------------------------------- several processes
-def launch_ranks(rank_train: Callable[[dict, str | None], None], config_data: Mapping, trainer: TrainerConfig,
-                 run: RunDir, resuming: bool, model=None) -> None:  # fmt: skip
-    """Start `trainer.processes` ranks, each `rank_train(config_data, resume)`, wait for them and stop them all
-    when one fails (masrl.distributed.launch); TrainingError or Interrupted says how the run goes on.
-    `config_data` is the resolved config (`Config.model_dump`), which a new run also writes as config.yaml."""
+def launch_ranks(rank_train: Callable[[str], None], config_data: Mapping, trainer: TrainerConfig, run: RunDir,
+                 resuming: bool, model=None) -> None:  # fmt: skip
+    """Prepare the run directory (a new run writes `config_data`, the resolved config, as config.yaml) and start
+    `trainer.processes` ranks, each `rank_train(run_dir)`, under its lock; wait for them and stop them all when
+    one fails (masrl.distributed.launch); TrainingError or Interrupted says how the run goes on."""
     processes = trainer.processes
     if model is not None:
         raise TrainingError("a model object cannot be handed to trainer.processes=N processes; name it in model.name")
     place = config_placement(trainer)  # a bad device or run directory fails here, before any spawn
     if place.device.type == "cuda" and processes > torch.cuda.device_count():
         raise ConfigError(f"trainer.processes={processes} needs one GPU each; torch sees {torch.cuda.device_count()}")
-    start = prepare_run_dir(run, config_data, trainer.steps, resuming)
+    with hold(run, "masrl train"):  # the ranks write under the launcher's lock (masrl.run.lock)
+        _launch(rank_train, trainer, run, prepare_run_dir(run, config_data, trainer.steps, resuming).step, processes)
+
+
+def _launch(rank_train: Callable[[str], None], trainer: TrainerConfig, run: RunDir, start: int,
+            processes: int) -> None:  # fmt: skip
     # A signal reaches the ranks too (one process group): the launcher waits while they checkpoint and
     # stop, then says what was kept. A second one stops it at once (the ranks get theirs as well).
     with Signals(note=False) as signals:
         signals.graceful = True
-        args = (dict(config_data), str(run) if resuming else None)
+        args = (str(run),)  # the ranks continue the run prepared here, from its config.yaml
         try:
             distributed.launch(rank_train, processes, args)
         except distributed.RankFailed as exc:
@@ -168,4 +174,4 @@ def launch_ranks(rank_train: Callable[[dict, str | None], None], config_data: Ma
                 raise TrainingError(f"{exc}. Continue from the last checkpoint with: "
                                     f"masrl train --resume {run}") from None  # fmt: skip
             raise Interrupted(interrupted_message(signals.received, run.saved_step(), trainer.steps,
-                                                  start.step, run)) from None  # fmt: skip
+                                                  start, run)) from None  # fmt: skip
