@@ -147,7 +147,8 @@ def test_math_honest_answers_earn_full_credit(tmp_path):
         assert reward_terms(MathTask(), MATH_ITEM, text)["correct"] == 1.0, text
     assert reward_terms(MathTask(), MATH_ITEM, "<answer>7</answer>")["format"] == 1.0
     path = tmp_path / "qa.jsonl"
-    path.write_text('{"question": "What is 3 + 4?", "answer": "7", "split": "eval"}\n')
+    path.write_text('{"question": "What is 3 + 4?", "answer": "7", "split": "eval"}\n'
+                    '{"question": "What is 2 + 2?", "answer": "4", "split": "train"}\n')  # a file needs both splits
     jsonl = JsonlTask(path)
     item = jsonl.items("eval", 0, 1)[0]
     assert reward_terms(jsonl, item, "<answer>7</answer>")["correct"] == 1.0

@@ -228,9 +228,9 @@ def test_compare_reads_the_evaluation_after_a_given_step(tmp_path, capsys):
     assert f"({a} (step 6): policy) - ({b} (step 6): policy), accuracy, 4 common items: 0.000 [0.000, 0.000]" in out
     assert main(["compare", a, b, "--step", "12", "--step", "6"]) == 0  # A after 12 steps against B after 6
     assert "4 common items: 0.500 [" in capsys.readouterr().out  # items q1, q3 gained: (0 + 1 + 0 + 1) / 4
-    assert main(["compare", a, b, "--step", "18"]) == 1  # a step with no saved evaluation: which steps have one
+    assert main(["compare", a, b, "--step", "18"]) == 2  # an argument mistake: the steps that have one are named
     assert "has no evaluation after step 18 (saved after steps: [6, 12])" in capsys.readouterr().err
-    assert main(["compare", a, b, "--step", "6", "--step", "6", "--step", "6"]) == 1
+    assert main(["compare", a, b, "--step", "6", "--step", "6", "--step", "6"]) == 2
     assert "give one --step for every run or one for all: 3 for 2 runs" in capsys.readouterr().err
 
 

@@ -21,7 +21,9 @@ def two_roles(config, task):
     return Built(SingleAgentSystem(task, "p", {}, agent="coder"), {"coder": "shared", "tester": "shared", "judge": "own"})
 
 
-# Found by `system.kind: test_systems_registry:TWO_ROLES` (pytest puts the test file's folder on sys.path).
+# Found by `system.kind: <this module>:TWO_ROLES`: pytest imports test files under a name of their path
+# (importlib mode) and keeps them in sys.modules, where resolving the name finds this very module.
+HERE = __name__
 TWO_ROLES = SystemSpec(kind="two-roles", config=SingleConfig, build=two_roles)
 NOT_A_SPEC = build_single
 
@@ -46,8 +48,8 @@ def test_built_rejects_a_name_that_is_both_trainable_and_frozen():
 
 def test_roles_sharing_a_policy_get_one_learner(tiny_config, one_thread):
     """Two agent names on one policy: one adapter, one learner; each agent samples from that adapter."""
-    config = tiny_config("system.kind=test_systems_registry:TWO_ROLES")
-    assert type(config.system) is SingleConfig and config.system.kind == "test_systems_registry:TWO_ROLES"
+    config = tiny_config(f"system.kind={HERE}:TWO_ROLES")
+    assert type(config.system) is SingleConfig and config.system.kind == f"{HERE}:TWO_ROLES"
     engine = build_parts(config)
     assert list(engine.learners) == ["shared", "own"]
     assert all(isinstance(x, PolicyLearner) for x in engine.learners.values())
@@ -63,9 +65,9 @@ def test_roles_sharing_a_policy_get_one_learner(tiny_config, one_thread):
     [
         ("routr", "system.kind: unknown system 'routr'; did you mean 'router'? available: budget, chain, program"),
         ("no_such_module:SYSTEM", "system.kind: cannot import 'no_such_module'"),
-        ("test_systems_registry:MISSING", "system.kind: module 'test_systems_registry' has no 'MISSING'"),
-        ("test_systems_registry:NOT_A_SPEC", "is a function, not a system"),
-        ("test_systems_registry:", "is not of the form package.module:OBJECT"),
+        (f"{HERE}:MISSING", f"system.kind: module '{HERE}' has no 'MISSING'"),
+        (f"{HERE}:NOT_A_SPEC", "is a function, not a system"),
+        (f"{HERE}:", "is not of the form package.module:OBJECT"),
     ],
 )
 def test_a_kind_that_names_no_system_is_a_config_error(kind, message, tiny_config):
@@ -90,7 +92,7 @@ def test_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch,
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-masrl-plugin\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
-        "[masrl.systems]\ntwo-roles = test_systems_registry:TWO_ROLES\nbroken = no_such_module:SYSTEM\n"
+        f"[masrl.systems]\ntwo-roles = {HERE}:TWO_ROLES\nbroken = no_such_module:SYSTEM\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     resolve_system.cache_clear()
@@ -101,7 +103,7 @@ def test_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch,
 
         assert main(["systems"]) == 0
         out = capsys.readouterr().out
-        assert "two-roles        installed (test_systems_registry:TWO_ROLES)" in out
+        assert f"two-roles        installed ({HERE}:TWO_ROLES)" in out
         assert "broken           installed (no_such_module:SYSTEM)" in out and "cannot be loaded" in out
     finally:
         resolve_system.cache_clear()

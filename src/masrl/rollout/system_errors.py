@@ -136,9 +136,10 @@ def as_failure(hook: str, exc: Exception) -> HookFailed | None:
 
 
 def system_source(system: object) -> Path | None:
-    """The system's own code: the directory of its top-level package, or its module's file."""
-    top = sys.modules.get(type(system).__module__.split(".")[0])
-    file = getattr(top, "__file__", None)
+    """The system's own code: the directory of its top-level package, or its module's file (also when the
+    top level is a namespace package, a folder without `__init__.py`, which has no file of its own)."""
+    name = type(system).__module__
+    file = getattr(sys.modules.get(name.split(".")[0]), "__file__", None) or getattr(sys.modules.get(name), "__file__", None)
     if not file:
         return None
     path = Path(file).resolve()

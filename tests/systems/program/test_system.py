@@ -156,7 +156,7 @@ CREDIT = {  # the engine options of docs/program.md's credit table
 def advantages(episode: Episode, options: list[str], run_dir) -> dict[str, float]:
     cfg = load_config(str(SOLVER_CHECKER), [*tiny_run(), f"run.dir={run_dir}", "system.command=x",
                                             "algo.advantage=grpo_mean", "algo.skip_zero_advantage=false", *options])
-    return {cid: round(a, 9) for (_, cid), a in score([episode], cfg).advantages.items()}
+    return {cid: round(a, 9) for (_, cid), a in score([episode], cfg.algo, whiten_advantages=cfg.critic.whiten_advantages).advantages.items()}
 
 
 # Calls: run a = "0" (debater_a), "0.0" (debater_b), "0.0.0" (judge); run b = "1", "1.0", "1.0.0".
