@@ -77,8 +77,8 @@ def _result_commands(sub) -> None:
     b = sub.add_parser("baseline", help="train a single agent with a finished multi-agent run's compute (equal "
                        "training time, equal sampled tokens) and print the paired table",
                        description="For each seed run of RUN: a single agent on its base model, task family, held-out "
-                       "items and machine settings, trained as single-arithmetic (or --single CONFIG) trains it, for the "
-                       "run's training step seconds or its sampled tokens; then team minus single with intervals "
+                       "items and machine settings, trained as single-arithmetic (or --single CONFIG) trains it, "
+                       "for the run's training step seconds or its sampled tokens; then team minus single with intervals "
                        "and the inference cost per item (docs/usage.md)")  # fmt: skip
     b.add_argument("run", metavar="RUN", help="a finished run directory, or the prefix of its seed runs (RUN-seed0..)")
     b.add_argument("overrides", nargs="*", help="dotted overrides of the single agent's config, e.g. system.prompt=...")

@@ -139,7 +139,8 @@ def system_source(system: object) -> Path | None:
     """The system's own code: the directory of its top-level package, or its module's file (also when the
     top level is a namespace package, a folder without `__init__.py`, which has no file of its own)."""
     name = type(system).__module__
-    file = getattr(sys.modules.get(name.split(".")[0]), "__file__", None) or getattr(sys.modules.get(name), "__file__", None)
+    top, own = sys.modules.get(name.split(".")[0]), sys.modules.get(name)
+    file = getattr(top, "__file__", None) or getattr(own, "__file__", None)
     if not file:
         return None
     path = Path(file).resolve()
