@@ -106,8 +106,9 @@ class RolloutConfig(Section):
         "(masrl/rollout/tree.py)",
     )  # fmt: skip
     engine: str = Field(
-        "auto", description="auto: lean on CPU in float32, hf with bf16 or on CUDA (where the lean engine's "
-        "speed is measured, its learning not yet, docs/gpu.md), in the trainer's process or on each of rollout.workers' Ray actors; hf: HF "
+        "auto", description="auto: lean on CPU in float32 and on CUDA (3x HF generate end to end on an H200, "
+        "learning alike, docs/gpu.md), hf under trainer.precision bf16 on CPU, in the trainer's process or on "
+        "each of rollout.workers' Ray actors; hf: HF "
         "generate, the reference; lean: merged "
         "adapter weights re-merged after every update, one prefill per distinct prompt, finished rows leave "
         "the batch (on CUDA each call's decoding step is replayed as a CUDA graph and finished rows stay), "

@@ -25,11 +25,12 @@ from masrl.parts import build_parts
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_auto_picks_the_lean_engine_on_cpu_in_float32_and_hf_generate_elsewhere(tiny_config):
+def test_auto_picks_the_lean_engine_unless_float32_weights_are_autocast_to_bf16(tiny_config):
     cpu = Placement()  # float32
-    cpu_bf16 = Placement(torch.device("cpu"), torch.float32, torch.bfloat16)
+    cpu_bf16 = Placement(torch.device("cpu"), torch.float32, torch.bfloat16)  # trainer.precision=bf16 on CPU
     cuda = Placement(torch.device("cuda", 0), torch.bfloat16, torch.bfloat16)  # a device object needs no GPU
-    assert [resolve_engine("auto", p) for p in (cpu, cpu_bf16, cuda)] == ["lean", "hf", "hf"]
+    cuda32 = Placement(torch.device("cuda", 0), torch.float32, None)
+    assert [resolve_engine("auto", p) for p in (cpu, cpu_bf16, cuda, cuda32)] == ["lean", "hf", "lean", "lean"]
     assert [resolve_engine(e, cuda) for e in ("hf", "lean")] == ["hf", "lean"]  # named: as named
     parts = build_parts(tiny_config("trainer.device=cpu"))  # rollout.engine left at its default, auto
     try:

@@ -70,13 +70,14 @@ def check_engine(rollout: RolloutConfig, *, lora_rank: int, bases: Mapping[str, 
 
 def resolve_engine(engine: str, place: Placement) -> str:
     """The engine that samples, in the trainer's process or in each Ray worker (which holds the trainer's
-    placement): `rollout.engine`, with `auto` the lean one on CPU in float32 (several times HF generate's
-    tokens/s there: bench/generate_vs_hf.py) and HF generate elsewhere: on CUDA the lean engine's speed is
-    measured (CUDA graphs, 7-12x HF generate on an H100, docs/gpu.md) but not its learning, and its packed
-    float32 weights do not run under bf16 autocast (trainer.precision=bf16 on CPU)."""
+    placement): `rollout.engine`, with `auto` the lean one wherever its weights are the dtype it computes in:
+    float32 on CPU (several times HF generate's tokens/s there: bench/generate_vs_hf.py) and bf16 or float32 on
+    CUDA (CUDA graphs: 3x HF generate end to end on an H200 with the same learning, docs/gpu.md). HF generate
+    samples only where the placement autocasts float32 weights to bf16 (trainer.precision=bf16 on CPU), which the
+    lean engine's packed float32 weights do not run under."""
     if engine != "auto":
         return engine
-    return "lean" if place.device.type == "cpu" and place.compute is None else "hf"
+    return "lean" if place.compute is None or place.compute == place.weights else "hf"
 
 
 def sampler(model: PolicyModel, engine: str, precision: str = "float32") -> Callable[..., list[Generation]]:
@@ -89,7 +90,7 @@ def sampler(model: PolicyModel, engine: str, precision: str = "float32") -> Call
         return LeanEngine(model, precision=precision).generate
     if precision != "float32":
         raise ConfigError(f"rollout.precision {precision} sets the lean engine's matmuls; this base samples "
-                          f"with {engine} (rollout.engine auto picks hf on CUDA and under trainer.precision bf16)")  # fmt: skip
+                          f"with {engine} (rollout.engine auto picks hf under trainer.precision bf16 on CPU)")  # fmt: skip
     return HFEngine(model).generate
 
 
