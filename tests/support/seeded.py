@@ -7,7 +7,8 @@ the router, single-arithmetic and turns-math cases still logged the earlier numb
 default config (the team) added and the router's case renamed from `default` to `router`; and again the
 same day when the policy loss began logging `neg_logp` (every other number unchanged, compared key by key).
 The team-calculator and single-calculator cases were added on 2026-11-28 with their configs (issue 48),
-recorded alone (`--record PATH team-calculator single-calculator`), and chain-sum with its config the same way.
+recorded alone (`--record PATH team-calculator single-calculator`), and chain-sum with its config the same way,
+and turns-math-single-tool likewise (issue 48, a later session).
 Record again (only when a change is meant to move the numbers, and say so in the commit) with
 
     .venv/bin/python tests/support/seeded.py --record tests/support/data/seeded_metrics.json
@@ -62,7 +63,8 @@ CASES: dict[str, tuple[str, ...]] = {
         name: FAST
         for name in (
             "turns-planpath", "turns-planpath-per-role", "turns-planpath-single", "turns-sudoku",
-            "turns-sokoban", "turns-math", "turns-math-per-role", "turns-math-single", "turns-code",
+            "turns-sokoban", "turns-math", "turns-math-per-role", "turns-math-single", "turns-math-single-tool",
+            "turns-code",
         )
     },  # fmt: skip
     "turns-math-separate": (*FAST, "model.bases={tool: tiny, reasoner: tiny#2}"),

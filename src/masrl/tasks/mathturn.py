@@ -6,7 +6,9 @@ output is its answer (the system runs it in the sandbox; masrl.tasks.tools)
 and the reasoner reasons and states an answer after `####` (or in
 \\boxed{} or <answer> tags). The state holds each role's latest answer; the
 episode may stop once the two agree (`done`); the final answer is the
-reasoner's (`solved`).
+reasoner's (`solved`), or the tool agent's when `answer_role="tool"`: one agent
+holding the same Python tool, the single-agent side a team with a tool is
+measured against (docs/versus.md).
 
 Rewards (appendix A.1.1, lambda = 0.7). NumEq(a, b): |a - b| <= 1e-6 or
 |a - b| / max(1, |b|) <= 1e-6 when both read as numbers, else
@@ -122,8 +124,15 @@ class MathTurnTask:
     roles = ("tool", "reasoner")
     commits = ("tool", "reasoner")  # both answers stay in the state: agreement ends the episode
     design = DESIGN
+    answer_role = "reasoner"  # whose answer is the episode's (`solved`); __init__ may name the tool
 
-    def __init__(self, dataset: str = "basic_arithmetic", seed: int = 0, difficulty: str = "easy", **kw: Any):
+    def __init__(
+        self, dataset: str = "basic_arithmetic", seed: int = 0, difficulty: str = "easy",
+        answer_role: str = "reasoner", **kw: Any,
+    ):  # fmt: skip
+        if answer_role not in self.roles:
+            raise ValueError(f"task.config.answer_role must be one of {list(self.roles)}, got {answer_role!r}")
+        self.answer_role = answer_role
         self.problems = MathTask(dataset, seed=seed, difficulty=difficulty, **kw)
         self.name = f"{dataset}-turns"
 
@@ -155,7 +164,7 @@ class MathTurnTask:
         return agreed(state)
 
     def solved(self, state: MathState) -> bool:
-        return correct(state)
+        return correct(state, self.answer_role)
 
     def observe(self, state: MathState) -> str:
         lines = [f"Problem: {state.item.question}"]

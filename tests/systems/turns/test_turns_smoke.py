@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 CONFIGS = [
     "turns-planpath", "turns-planpath-per-role", "turns-planpath-single", "turns-sudoku", "turns-sokoban",
-    "turns-math", "turns-math-per-role", "turns-math-single", "turns-code",
+    "turns-math", "turns-math-per-role", "turns-math-single", "turns-math-single-tool", "turns-code",
 ]  # fmt: skip
 FAST = (*tiny_run(batch_size=1, eval_size=2), "sampler.group_size=2")
 
