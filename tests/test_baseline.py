@@ -200,6 +200,28 @@ def test_another_task_family_takes_the_single_agent_config_named_for_it(team, tm
     assert data["rollout"]["max_new_tokens"] == shipped.rollout.max_new_tokens and data["model"]["name"] == "tiny"
 
 
+def test_a_search_run_takes_the_single_searcher(team, tmp_path, capsys):
+    """A multi-agent search run (MHGPO): the default single agent's prompt does not fit, the refusal names the
+    shipped single searcher, and `--single search-single` keeps the run's corpus and takes the one-call pipeline."""
+    search = tmp_path / "search"
+    shutil.copytree(team, search)
+    saved = yaml.safe_load((search / "config.yaml").read_text())
+    fof = load_config("search-fof", ["model.name=tiny"]).model_dump(mode="json")
+    corpus = {"synthetic": {"people": 60, "train_questions": 40, "eval_questions": 10}}
+    team_config = {**saved, "task": {"kind": "search", "config": corpus}, "system": fof["system"]}
+    (search / "config.yaml").write_text(yaml.safe_dump({**team_config, "sampler": fof["sampler"], "algo": fof["algo"]}))
+    capsys.readouterr()
+    assert main(["baseline", str(search), "--dry-run"]) == 2
+    assert "(--single CONFIG; shipped for search: search-single)" in capsys.readouterr().err
+    assert main(["baseline", str(search), "--single", "search-single", "--budget", "tokens", "--dry-run"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])
+    shipped = load_config("search-single")
+    assert data["system"] == shipped.system.model_dump(mode="json") and data["system"]["roles"] == ["answerer"]
+    assert data["task"]["kind"] == "search" and data["task"]["config"] == corpus  # the run's corpus and questions
+    assert (data["sampler"], data["algo"]) == (shipped.sampler.model_dump(mode="json"), shipped.algo.model_dump(mode="json"))
+    assert data["model"]["name"] == "tiny" and data["trainer"]["max_sampled_tokens"] >= 1
+
+
 def test_the_table_says_what_ended_the_single_runs_and_what_was_not_recorded():
     from masrl.baseline import Side, table
     from masrl.compare import Evaluated

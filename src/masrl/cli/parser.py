@@ -89,7 +89,8 @@ def _result_commands(sub) -> None:
                    "(default PREFIX: RUN-single)")  # fmt: skip
     b.add_argument("--single", default="single-arithmetic", metavar="CONFIG",
                    help="the single agent's algorithm: a shipped config or YAML file written for RUN's task family "
-                   "(default: single-arithmetic, for math; turns-planpath-single for Plan-Path)")  # fmt: skip
+                   "(default: single-arithmetic, for math; turns-planpath-single for Plan-Path; search-single for "
+                   "multi-agent search)")  # fmt: skip
     b.add_argument("--dry-run", action="store_true", help="print the configs it would train, and stop")
 
     v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")

@@ -1,4 +1,5 @@
-"""Two-step runs of every shipped search config on the tiny model, and `masrl eval` of a pipeline run."""
+"""Two-step runs of every shipped search config on the tiny model (the single searcher among them), and
+`masrl eval` of a pipeline run."""
 
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ def test_shipped_search_configs_run_two_steps(config, tmp_path):
         assert all(any(k.startswith("critic/") for k in r) and "value_explained_var" in r for r in train)
     assert latest_checkpoint(run) is not None
     assert list((tmp_path / "cache").glob("bm25-*"))  # the index was cached
+
+
+def test_the_single_searcher_makes_one_call_per_question(tmp_path):
+    """search-single on the tiny model: the answerer alone, G = 4 answers per training question, one per
+    held-out question, no rewriter or reranker output."""
+    run = tmp_path / "run"
+    assert main(["train", "search-single", *SMALL, f"run.dir={run}", f"system.cache_dir={tmp_path / 'cache'}"]) == 0
+    rows = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert len(train) == 2 and len(evals) == 2
+    assert all(r["calls_per_question"] == 4.0 and "answerer/words" in r for r in train)
+    assert not any(k.startswith(("rewriter/", "reranker/")) for r in rows for k in r)
+    assert all(e["eval/calls_per_question"] == 1.0 and "eval/f1" in e for e in evals)
+    assert latest_checkpoint(run) is not None
 
 
 def test_eval_of_a_pipeline_run_reports_em_and_f1(tmp_path, capsys):

@@ -29,7 +29,7 @@ from masrl.algos.credit import (
 from masrl.config import ConfigError
 from masrl.loading import load_config
 from masrl.retrieval.corpus import SyntheticConfig
-from masrl.retrieval.index import BM25Index
+from masrl.retrieval.index import BM25Index, search_many
 from masrl.retrieval.synthetic import generate_corpus
 from masrl.rollout.rules import ForkAt, IndependentSampling, RoundRobin
 from masrl.rollout.tree import expand, rollout
@@ -320,6 +320,47 @@ def test_round_robin_calls_fewer_agents_than_fork_on_first(small_corpus, system)
     fof_calls = pipeline_metrics(fof)["calls_per_question"]
     rr_calls = pipeline_metrics(rr)["calls_per_question"]
     assert fof_calls == 12.0 and rr_calls < fof_calls
+
+
+def test_the_single_searcher_answers_from_the_questions_own_pages_in_one_call(small_corpus):
+    """roles [answerer]: no rewriter (the question is the one query), no reranker (the first max_docs
+    pages retrieved, in retrieval order): one agent call per question, graded like the team's answerer."""
+    retriever = BM25Index(small_corpus.pages)
+    single = SearchPipeline(retriever, PipelineSettings(top_k=3, max_docs=2), roles=("answerer",))
+    task = next(q for q in small_corpus.train if q.metadata["kind"] == "single")
+    ep = asyncio.run(expand(single, scripted(small_corpus), task, ForkAt(1)))
+    (ans,) = ep.calls
+    assert ans.role == "answerer" and ans.turn == 0 and ans.parent is None and ans.done
+    retrieved = search_many(retriever, (task.question.strip(),), 3)
+    assert len(retrieved) == 3  # so max_docs = 2 cuts
+    shown = [line.split(": ", 1)[0] for line in ans.messages[1].content.splitlines() if line.startswith("[")]
+    assert shown == [f"[{i}] {p.title}" for i, p in enumerate(retrieved[:2])]
+    assert ans.messages[-1] == Message("assistant", "<answer>") and ans.rewards["f1"] == 1.0 and ans.reward == 1.0
+    grouped = asyncio.run(expand(single, scripted(small_corpus), task, ForkAt(4, 0)))
+    assert [c.id for c in grouped.calls] == ["0", "1", "2", "3"]  # G answers to one question: one GRPO group
+    assert pipeline_metrics([ep])["calls_per_question"] == 1.0
+
+
+def test_a_pipeline_without_its_reranker_reads_the_first_pages_of_the_rewriters_queries(small_corpus):
+    retriever = BM25Index(small_corpus.pages)
+    two = SearchPipeline(retriever, PipelineSettings(top_k=2, max_docs=3), roles=("rewriter", "answerer"))
+    task = next(q for q in small_corpus.train if q.metadata["kind"] == "single")
+    ep = asyncio.run(expand(two, scripted(small_corpus), task, ForkAt(1)))
+    rw, ans = ep.calls
+    assert (rw.turn, ans.turn) == (0, 1) and rw.action.queries == tuple(task.metadata["single_hop_queries"])
+    pages = search_many(retriever, rw.action.queries, 2)[:3]
+    assert [line.split(": ", 1)[0] for line in ans.messages[1].content.splitlines() if line.startswith("[")] == [
+        f"[{i}] {p.title}" for i, p in enumerate(pages)]  # fmt: skip
+
+
+@pytest.mark.parametrize("roles", ["[reranker, rewriter, answerer]", "[rewriter, reranker]", "[answerer, answerer]",
+                                   "[writer, answerer]", "[]"])  # fmt: skip
+def test_roles_out_of_pipeline_order_or_without_the_answerer_are_refused(roles):
+    with pytest.raises(ConfigError) as exc:
+        load_config("search-single", ["model.name=tiny", f"system.roles={roles}"])
+    (problem,) = [line for line in str(exc.value).splitlines() if line.startswith("  ")]
+    assert problem.startswith("  system.roles: Value error, must name agents among rewriter, reranker, answerer, "
+                              "each once, in that order, answerer included (the single searcher: [answerer])")
 
 
 def test_config_mistakes_are_clear():

