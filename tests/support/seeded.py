@@ -8,7 +8,8 @@ default config (the team) added and the router's case renamed from `default` to 
 same day when the policy loss began logging `neg_logp` (every other number unchanged, compared key by key).
 The team-calculator and single-calculator cases were added on 2026-11-28 with their configs (issue 48),
 recorded alone (`--record PATH team-calculator single-calculator`), and chain-sum with its config the same way,
-and turns-math-single-tool likewise (issue 48, a later session).
+and turns-math-single-tool likewise (issue 48, a later session), and search-single (the single searcher,
+`system.roles: [answerer]`) likewise.
 Record again (only when a change is meant to move the numbers, and say so in the commit) with
 
     .venv/bin/python tests/support/seeded.py --record tests/support/data/seeded_metrics.json
@@ -59,6 +60,7 @@ CASES: dict[str, tuple[str, ...]] = {
     "search-is": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
     "search-rr": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
     "search-mappo": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
+    "search-single": (*tiny_run(batch_size=2, eval_size=3), "run.seed=7", SYNTHETIC, "system.cache_dir={tmp}/cache"),
     **{
         name: FAST
         for name in (
