@@ -363,6 +363,15 @@ def test_roles_out_of_pipeline_order_or_without_the_answerer_are_refused(roles):
                               "each once, in that order, answerer included (the single searcher: [answerer])")
 
 
+def test_forking_samplers_need_one_fork_probability_per_agent_call():
+    """RR and IS fork at each of fork_probs' agents: with fewer agent calls a fork would fall past the answerer."""
+    for config, roles in (("search-rr", "[answerer]"), ("search-is", "[rewriter, answerer]")):
+        with pytest.raises(ConfigError, match=r"sampler.fork_probs has 3 entries for the \d agent call\(s\) of "):
+            load_config(config, ["model.name=tiny", f"system.roles={roles}"])
+    assert load_config("search-rr", ["model.name=tiny", "system.roles=[answerer]", "sampler.fork_probs=[1]"])
+    assert load_config("search-single", ["model.name=tiny"]).sampler.rule == "fork_on_first"  # forks at its one call
+
+
 def test_config_mistakes_are_clear():
     with pytest.raises(ConfigError, match="system.kind 'search' runs only task families made for it"):
         load_config("search-fof", ["model.name=tiny", "task.kind=math"])

@@ -13,7 +13,7 @@ the task (multi-hop questions over a corpus) is masrl.tasks.search.
 from __future__ import annotations
 
 from masrl.systems.api import GENERAL_RULES, Page, SystemSpec, lazy
-from masrl.systems.search.config import SearchConfig, search_needs
+from masrl.systems.search.config import SearchConfig, check_search, search_needs
 from masrl.systems.search.system import build_search
 
 SYSTEM = SystemSpec(
@@ -24,6 +24,7 @@ SYSTEM = SystemSpec(
     rules=(*GENERAL_RULES, "independent", "round_robin"),  # IS and RR fork at the pipeline's agents
     own_tasks=True,
     needs=search_needs,
+    check=check_search,
     page=Page(
         curves=(  # the paper's figure 8: each agent's output pattern over training
             ("eval/f1", "held-out F1 (greedy)"),

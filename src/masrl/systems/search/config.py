@@ -44,3 +44,12 @@ class SearchConfig(SystemSection):
 def search_needs(config: Config) -> tuple[Component, ...]:
     """MiniLM's weights for the dense retriever."""
     return (MINILM,) if config.system.retriever == "dense" else ()
+
+
+def check_search(config: Config) -> None:
+    """Round-robin and Independent Sampling fork at each of `sampler.fork_probs`' agents in acting order
+    (masrl.rollout.rules): one entry per agent call of `system.roles`, or a fork would fall past the answerer."""
+    sampler, roles = config.sampler, config.system.roles
+    if sampler.rule in ("round_robin", "independent") and len(sampler.fork_probs) != len(roles):
+        raise ValueError(f"sampler.fork_probs has {len(sampler.fork_probs)} entries for the {len(roles)} agent "
+                         f"call(s) of system.roles {list(roles)}: give one per agent")

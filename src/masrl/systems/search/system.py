@@ -27,8 +27,8 @@ also carries its agent-specific penalty (appendix B, after Chen et al. 2025):
 Parsers never raise: every malformed output still leads to a next step, so
 an episode always ends with an answer to grade.
 
-The tree depth of a call is its pipeline position (rewriter 0, reranker 1,
-answerer 2), which is what the samplers fork on (masrl.rollout.rules: ForkAt,
+The tree depth of a call is its position among the pipeline's agent calls
+(rewriter 0, reranker 1, answerer 2 with all three), which is what the samplers fork on (masrl.rollout.rules: ForkAt,
 IndependentSampling, RoundRobin).
 
 `roles` names which of the three are agent calls. A missing rewriter: the
