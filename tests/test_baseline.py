@@ -123,9 +123,11 @@ def test_baseline_end_to_end_pairs_the_items_and_holds_both_budgets(team, capsys
             assert saved["max_minutes"] == pytest.approx(team_spent.seconds / 60) and saved["steps"] == cap
     assert out.count("team minus single, accuracy, paired on 4 common items: 0.000 [0.000, 0.000]") == 2
     assert "intervals: items (bootstrap over the held-out items; differences paired by item)" in out
-    # a second call trains nothing: the runs are there with the same configs
-    assert main(["baseline", str(team), *SMALL, "--budget", "time"]) == 0
-    assert "already trained with this config, reused" in capsys.readouterr().err
+    # a second call trains nothing: the runs are there with the same configs; --metric picks the tables' metric
+    assert main(["baseline", str(team), *SMALL, "--budget", "time", "--metric", "tokens"]) == 0
+    out, err = capsys.readouterr()
+    assert "already trained with this config, reused" in err
+    assert "| side | method | tokens [95% CI] |" in out and "team minus single, tokens, paired on 4 common items" in out
 
 
 def test_dry_run_prints_the_configs_and_trains_nothing(team, capsys, tmp_path):

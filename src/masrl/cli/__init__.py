@@ -282,7 +282,7 @@ def _baseline(args) -> int:
     except Interrupted as exc:  # SIGINT or SIGTERM: the run in progress was checkpointed; run the command again
         print(f"masrl: {exc}", file=sys.stderr)
         return ExitCode.INTERRUPTED
-    print(tables(Path(args.run), planned))
+    print(tables(Path(args.run), planned, args.metric))
     return 0
 
 

@@ -91,6 +91,8 @@ def _result_commands(sub) -> None:
                    help="the single agent's algorithm: a shipped config or YAML file written for RUN's task family "
                    "(default: single-arithmetic, for math; turns-planpath-single for Plan-Path; search-single for "
                    "multi-agent search)")  # fmt: skip
+    b.add_argument("--metric", default="accuracy", help="the per-item metric of the tables, e.g. f1 for search "
+                   "(default: accuracy)")  # fmt: skip
     b.add_argument("--dry-run", action="store_true", help="print the configs it would train, and stop")
 
     v = sub.add_parser("view", help="a page of one or more runs: curves, evaluations with intervals, episode trees")
