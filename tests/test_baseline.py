@@ -200,6 +200,13 @@ def test_another_task_family_takes_the_single_agent_config_named_for_it(team, tm
     assert data["system"] == shipped.system.model_dump(mode="json")  # AT-GRPO's single agent: one planner, one turn
     assert (data["sampler"], data["algo"]) == (shipped.sampler.model_dump(mode="json"), shipped.algo.model_dump(mode="json"))
     assert data["rollout"]["max_new_tokens"] == shipped.rollout.max_new_tokens and data["model"]["name"] == "tiny"
+    # the run's task section replaces the single config's, so who answers lives in the system section and survives
+    math = tmp_path / "math"
+    shutil.copytree(team, math)
+    (math / "config.yaml").write_text(yaml.safe_dump({**saved, "task": {"kind": "math_turns"}}))
+    assert main(["baseline", str(math), "--single", "turns-math-single-tool", "--budget", "time", "--dry-run"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])
+    assert (data["system"]["agents"], data["system"]["answer_role"]) == (["tool"], "tool")
 
 
 def test_a_search_run_takes_the_single_searcher(team, tmp_path, capsys):

@@ -84,15 +84,16 @@ def test_math_turn_task_items_come_from_reasoning_gym():
 
 
 def test_the_episode_is_solved_by_the_answer_roles_answer():
-    """The reasoner's answer decides a team's episode; `answer_role="tool"` makes the tool agent's decide it (one
-    agent holding the Python tool, alone), and a role the task lacks is refused."""
-    team, single_tool = MathTurnTask("basic_arithmetic", seed=1), MathTurnTask("basic_arithmetic", seed=1,
-                                                                               answer_role="tool")  # fmt: skip
+    """The reasoner's answer decides a team's episode; `answered_by("tool")` makes the tool agent's decide it (one
+    agent holding the Python tool, alone) and leaves the original alone; a role the task lacks is refused."""
+    team = MathTurnTask("basic_arithmetic", seed=1)
+    single_tool = team.answered_by("tool")
     item = team.items("train", 0, 1)[0]
     wrong = str(float(item.answer) + 1)
     tool_right = single_tool.step(single_tool.reset(item), "tool", MathReply(item.answer, True)).state
     assert single_tool.solved(tool_right) and not team.solved(tool_right)  # the reasoner has said nothing
     both = team.step(tool_right, "reasoner", MathReply(wrong, True)).state
     assert not team.solved(both) and single_tool.solved(both)
-    with pytest.raises(ValueError, match="answer_role must be one of"):
-        MathTurnTask("basic_arithmetic", answer_role="judge")
+    assert team.answer_role == "reasoner" and single_tool.items("train", 0, 1) == [item]
+    with pytest.raises(ValueError, match="math_turns answers come from"):
+        team.answered_by("judge")

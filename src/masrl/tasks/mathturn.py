@@ -6,9 +6,9 @@ output is its answer (the system runs it in the sandbox; masrl.tasks.tools)
 and the reasoner reasons and states an answer after `####` (or in
 \\boxed{} or <answer> tags). The state holds each role's latest answer; the
 episode may stop once the two agree (`done`); the final answer is the
-reasoner's (`solved`), or the tool agent's when `answer_role="tool"`: one agent
+reasoner's (`solved`), or the tool agent's in `answered_by("tool")`: one agent
 holding the same Python tool, the single-agent side a team with a tool is
-measured against (docs/versus.md).
+measured against (`system.answer_role`, docs/versus.md).
 
 Rewards (appendix A.1.1, lambda = 0.7). NumEq(a, b): |a - b| <= 1e-6 or
 |a - b| / max(1, |b|) <= 1e-6 when both read as numbers, else
@@ -27,6 +27,7 @@ masrl.tasks.math.math_equal.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -124,17 +125,19 @@ class MathTurnTask:
     roles = ("tool", "reasoner")
     commits = ("tool", "reasoner")  # both answers stay in the state: agreement ends the episode
     design = DESIGN
-    answer_role = "reasoner"  # whose answer is the episode's (`solved`); __init__ may name the tool
+    answer_role = "reasoner"  # whose answer is the episode's (`solved`); `answered_by` names another
 
-    def __init__(
-        self, dataset: str = "basic_arithmetic", seed: int = 0, difficulty: str = "easy",
-        answer_role: str = "reasoner", **kw: Any,
-    ):  # fmt: skip
-        if answer_role not in self.roles:
-            raise ValueError(f"task.config.answer_role must be one of {list(self.roles)}, got {answer_role!r}")
-        self.answer_role = answer_role
+    def __init__(self, dataset: str = "basic_arithmetic", seed: int = 0, difficulty: str = "easy", **kw: Any):
         self.problems = MathTask(dataset, seed=seed, difficulty=difficulty, **kw)
         self.name = f"{dataset}-turns"
+
+    def answered_by(self, role: str) -> MathTurnTask:
+        """This task with `role`'s answer deciding each episode (`solved`); the same items and rewards."""
+        if role not in self.roles:
+            raise ValueError(f"math_turns answers come from {list(self.roles)}, not {role!r}")
+        task = copy.copy(self)
+        task.answer_role = role
+        return task
 
     def items(self, split: str, start: int, count: int) -> list[TaskItem]:
         return self.problems.items(split, start, count)

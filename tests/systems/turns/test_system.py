@@ -152,3 +152,28 @@ def test_prefill_starts_the_reply_and_is_parsed_with_it():
     tr = sys.advance(state, step, reply("R, R, R, D, D]"))
     assert tr.action == ("R", "R", "R", "D", "D") and tr.rewards["correct"] == 1.0
     assert tr.state.history[-1] == "[turn 1] planner: [R, R, R, D, D]"
+
+
+def test_answer_role_makes_the_tool_agents_printed_answer_decide_the_episode():
+    """turns-math-single-tool: one tool agent, its program's printed output is the episode's answer (`correct` 1 for
+    the right number), where without answer_role the reasoner, who never acts, would decide (always 0); a task that
+    decides by its state, or a role not among the agents, is refused."""
+    from masrl.config import ConfigError
+    from masrl.loading import load_config
+    from masrl.registry import build_task
+    from masrl.systems.turns.system import build_turns
+
+    config = load_config("turns-math-single-tool")
+    task = build_task(config.task)
+    item = task.items("eval", 0, 1)[0]
+    code = f"```python\nprint({item.answer})\n```"
+    for overrides, correct in (([], 1.0), (["system.answer_role=null"], 0.0)):
+        sys = build_turns(load_config("turns-math-single-tool", overrides), task).system
+        state = sys.start(item)
+        tr = sys.advance(state, sys.next_step(state), reply(code))
+        assert tr.rewards["correct"] == correct and tr.done
+    with pytest.raises(ConfigError, match="system.answer_role is for task math_turns"):
+        planpath = load_config("turns-planpath", ["system.answer_role=tool"])
+        build_turns(planpath, build_task(planpath.task))
+    with pytest.raises(ConfigError, match=r"system.answer_role 'reasoner' must be one of system.agents \['tool'\]"):
+        build_turns(load_config("turns-math-single-tool", ["system.answer_role=reasoner"]), task)

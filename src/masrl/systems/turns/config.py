@@ -27,6 +27,10 @@ class TurnsConfig(SystemSection):
         None, ge=0.0, le=1.0, description="mix lambda; null = the task's appendix-A.1 value (math .7, sudoku .6, "
         "plan-path .5, sokoban .4, code .5)"
     )
+    answer_role: str | None = Field(
+        None, description="math_turns only: the role whose answer is the episode's (null: the reasoner's; tool for "
+        "one agent holding the Python tool, turns-math-single-tool)"
+    )
     code_roles: list[str] = Field(
         default_factory=lambda: ["tool"], description="roles whose ```python reply is run in the sandbox; its "
         "printed output is their answer"

@@ -188,6 +188,13 @@ def build_turns(config, task) -> Built:
             f"system.agents / system.prompts / system.prefill name {unknown}; "
             f"the roles of task {config.task.kind!r} are {list(task.roles)}"
         )
+    if tc.answer_role is not None:  # the episode is decided by another role's answer (math_turns)
+        if not hasattr(task, "answered_by"):
+            raise ConfigError(f"system.answer_role is for task math_turns; task {config.task.kind!r} decides its "
+                              "episodes by its state")  # fmt: skip
+        if tc.answer_role not in agents:
+            raise ConfigError(f"system.answer_role {tc.answer_role!r} must be one of system.agents {list(agents)}")
+        task = task.answered_by(tc.answer_role)
     fmt = ANSWER_FORMAT.get(config.task.kind, "")
     base = SOLO_PROMPTS if len(agents) == 1 else ROLE_PROMPTS
     prompts = {role: (tc.prompts.get(role) or f"{base[role]} {fmt}".strip()) for role in agents}
