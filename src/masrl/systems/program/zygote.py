@@ -178,6 +178,10 @@ def serve(control: socket.socket, path0: str) -> None:
             __import__(name)
         except ImportError:  # openai is the programs' dependency, not masrl's: a run without it says so itself
             pass
+    if "openai" in sys.modules:  # what its first client imports and builds lazily (chat resources, types): 2/3
+        client = sys.modules["openai"].OpenAI(api_key="-", base_url="http://127.0.0.1:9")  # of a run's start-up
+        client.chat.completions  # noqa: B018 - the attribute's first access imports the resource
+        client.close()
     if len(os.listdir("/proc/self/task")) > 1:  # a fork keeps one thread and any lock the others held
         raise SystemExit("masrl zygote: an import started a thread, so the zygote cannot fork safely")
     runs: dict[int, tuple[int, socket.socket]] = {}  # pidfd and the run's socket fd -> (pid, the run's socket)
