@@ -3,7 +3,8 @@
 A program run is `python script.py ARGS`, and a fresh interpreter spends one to two seconds of CPU
 importing `openai` before its first call; on a small machine that competes with generation. The
 zygote is one process per system (training, evaluation, serving) that imports the heavy modules
-once (PREWARM) and forks a child per run. The child does what a fresh interpreter would do for
+once (PREWARM, and one `openai` client built and closed for the modules it imports lazily) and forks a
+child per run. The child does what a fresh interpreter would do for
 `python script.py ARGS`: its own session (so the runner's killpg still kills whatever it starts), the
 run's cwd, environment (os.environ replaced), sys.argv and sys.path[0], the script run as `__main__`
 with stdin, stdout and stderr on the runner's pipes, then the interpreter's exit: threads joined,
@@ -14,12 +15,14 @@ run's only in its OPENAI_* keys), and every run shares one string hash seed (as 
 `random` reseeds itself in a forked child; a module with a generator of its own would not, which is
 why the script's own imports are not prewarmed (nor could a module that starts a thread be forked).
 
-Protocol. The owner holds one end of a SOCK_SEQPACKET pair; a run sends one message with four fds
-(socket.send_fds): its own stream socket and the child's stdin, stdout and stderr. Over the run's
-socket it then sends the request (JSON: argv, env, cwd, until EOF) and reads `pid N`, then `exit CODE`
-(CODE as asyncio's returncode: -N for a signal) once the zygote has reaped the child. The zygote
-ignores SIGINT (Ctrl-C belongs to the owner, which then closes it), and exits, killing the process
-groups of any runs still alive, when the owner's end closes: when the owner closes it or dies.
+Protocol. The zygote runs this file with masrl's interpreter (stdlib imports only) and holds one end
+of a SOCK_SEQPACKET pair; a run sends one message with four fds (socket.send_fds): its own stream socket
+and the child's stdin, stdout and stderr. Over the run's socket it then sends the request (one line of
+JSON: argv, env, cwd) and reads `pid N`, then `exit CODE` (CODE as asyncio's returncode: -N for a
+signal) once the zygote has reaped the child; closing the run's socket before that (a run cancelled)
+kills the child's group. The zygote ignores SIGINT (Ctrl-C belongs to the owner, which then closes
+it), and exits, killing the process groups of any runs still alive, when the owner's end closes: when
+the owner closes it or dies.
 """
 
 from __future__ import annotations
