@@ -23,6 +23,7 @@ from masrl.parts import build_parts
 from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.program.runner import Outcome, run_program
 from masrl.systems.program.zygote import Zygote, forkable
+from processes import gone
 from smoke import tiny_run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,29 +106,12 @@ def test_the_child_sees_what_a_fresh_interpreter_sees(zygote):
     assert not forked["stdout_tty"] and not forked["line_buffered"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
-
-
-def _gone(*pids: int) -> bool:
-    for _ in range(200):
-        if not any(_alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_timeout_kills_the_group_what_the_program_started_too(zygote, tmp_path):
     pid_file = tmp_path / "pids"
     outcome = run("hang", zygote, {"PID_FILE": str(pid_file)}, timeout=3.0)
     assert outcome.fault == "timeout: still running after 3 s (killed)"
     program, grandchild = map(int, pid_file.read_text().split())
-    assert _gone(program, grandchild)
+    assert gone(program, grandchild)
 
 
 def test_a_cancelled_run_is_killed_and_reaped(zygote, tmp_path):
@@ -145,7 +129,7 @@ def test_a_cancelled_run_is_killed_and_reaped(zygote, tmp_path):
 
     asyncio.run(cancel_midway())
     program, grandchild = map(int, pid_file.read_text().split())
-    assert _gone(program, grandchild)
+    assert gone(program, grandchild)
     assert run("ok", zygote).answer == "4"  # the zygote serves on
 
 
@@ -190,7 +174,7 @@ def test_the_zygote_and_its_runs_end_when_its_owner_dies(tmp_path):
         owner.wait()
     finally:
         owner.kill()
-    assert _gone(zygote_pid, program, grandchild)
+    assert gone(zygote_pid, program, grandchild)
 
 
 @pytest.mark.parametrize("command, script", [
