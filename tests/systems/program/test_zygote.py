@@ -162,18 +162,16 @@ asyncio.run(run_program([sys.executable, "launched.py", "hang"], b'{"id": "1"}\\
 def test_the_zygote_and_its_runs_end_when_its_owner_dies(tmp_path):
     pid_file = tmp_path / "pids"
     env = dict(os.environ, PID_FILE=str(pid_file), PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *sys.path]))
-    owner = subprocess.Popen([PY, "-c", OWNER, str(PROGRAMS)], env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        zygote_pid = int(owner.stdout.readline())
-        for _ in range(600):
-            if pid_file.exists() and pid_file.read_text():
-                break
-            time.sleep(0.05)
-        program, grandchild = map(int, pid_file.read_text().split())
-        owner.kill()  # SIGKILL: no finalizer, no close; the kernel closes its end of the socket
-        owner.wait()
-    finally:
-        owner.kill()
+    with subprocess.Popen([PY, "-c", OWNER, str(PROGRAMS)], env=env, stdout=subprocess.PIPE, text=True) as owner:
+        try:
+            zygote_pid = int(owner.stdout.readline())
+            for _ in range(600):
+                if pid_file.exists() and pid_file.read_text():
+                    break
+                time.sleep(0.05)
+            program, grandchild = map(int, pid_file.read_text().split())
+        finally:
+            owner.kill()  # SIGKILL: no finalizer, no close; the kernel closes its end of the socket
     assert gone(zygote_pid, program, grandchild)
 
 
