@@ -3,7 +3,8 @@ gateway, against the same team as a masrl System in process.
 
 Method
 - One engine (model, LoRA adapter, generation service) serves both paths; the program is
-  examples/program-solver-checker/solver_checker.py (a fresh Python process per episode with the
+  examples/program-solver-checker/solver_checker.py (a process per episode, forked from the system's
+  pre-warmed interpreter since 2026-11-28 (system.prewarm; a fresh interpreter before), with the
   official `openai` client, HTTP to the gateway on 127.0.0.1, the gateway's per-episode session,
   recorded token ids and log-probs); the System is the built-in team (masrl/systems/team.py),
   built from the same prompts and rules.

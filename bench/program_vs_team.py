@@ -2,31 +2,34 @@
 
 Method
 - One engine (SmolLM2 + one LoRA policy, `shared`, one generation service) serves both paths.
-- The program is bench/programs/debate.py (three roles, 5 calls a run: two debaters answer, each
-  revises after seeing the other's answer, a judge answers), a fresh Python process per run talking
-  to the training gateway through the official `openai` client. The team is the built-in default
-  team (masrl/systems/team.py: a solver and a checker, 2-3 calls a run), in process.
+- The program is examples/program-debate/debate.py (three roles, 5 calls a run: two debaters answer,
+  each revises after reading the other's answer, a judge picks one), a process per run talking to the
+  training gateway through the official `openai` client, twice: forked from the system's pre-warmed
+  interpreter (`program`, system.prewarm: true, the default: masrl/systems/program/zygote.py) and a
+  fresh interpreter per run (`fresh`, system.prewarm: false), which spends 1-2 s of CPU importing
+  `openai` before its first call. The team is the built-in default team (masrl/systems/team.py: a
+  solver and a checker, 2-3 calls a run), in process.
 - A training step's rollout for each: `--tasks` questions x `--group` runs (sampler `parallel`,
   the engine's sampling settings), under one `asyncio.run`, with the program's default
   `system.concurrency` unless `--concurrency` says otherwise. One warm-up each, then `--reps`
   interleaved rounds; the result is each path's median seconds per call and per generated token,
-  and their ratio program / team (the prompts differ, so both are given).
+  and the ratios of each program path to the team (the prompts differ, so both are given), all
+  measured in the same run, so a loaded machine weighs on every path alike.
 - The generation service's batch sizes (rows per generate call) are printed for each path: the
   program's calls reach the engine in batches as wide as the team's only if concurrent runs are
   batched together.
-- A served request: one greedy run of the program alone (`Parallel(1)`, the evaluation agents),
-  its wall seconds and calls.
-- `--client urllib`: the program sends the same requests with the standard library, without the
-  seconds of CPU a process spends importing `openai`: what is left is batching and HTTP.
+- A served request: one greedy run of the program alone (`Parallel(1)`, the evaluation agents), as
+  `masrl serve RUN` answers one, its wall seconds (the better of two) and calls, for both program paths.
 
     python bench/program_vs_team.py               # SmolLM2, 4 tasks x 4 runs, 32 new tokens
-    python bench/program_vs_team.py --model tiny  # seconds-long check of the script
+    python bench/program_vs_team.py --model tiny  # a check of the script (a minute or two)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -40,9 +43,10 @@ from _util import emit_json, interleaved, median, table, warn_if_busy
 from masrl.loading import load_config
 from masrl.parts import build_parts
 from masrl.rollout.tree import Parallel, rollout
+from masrl.systems.program.system import ProgramSystem
 from masrl.systems.team import SolverChecker
 
-PROGRAM = Path(__file__).resolve().parent / "programs" / "debate.py"
+PROGRAM = Path(__file__).resolve().parents[1] / "examples" / "program-debate" / "debate.py"
 ROLES = ("debater_a", "debater_b", "judge", "solver", "checker")  # the program's and the team's model names
 
 
@@ -53,7 +57,6 @@ def config(args) -> dict:
         "task": {"kind": "math", "dataset": "basic_arithmetic", "difficulty": "easy"},
         "system": {"kind": "program", "command": [sys.executable, str(PROGRAM)],
                    "trained": dict.fromkeys(ROLES, "shared"), "timeout": 1800,  # a loaded machine: no run cut off
-                   "env": {"DEBATE_CLIENT": args.client},
                    **({"concurrency": args.concurrency} if args.concurrency else {})},
         "sampler": {"rule": "parallel", "group_size": args.group},
         "rollout": {"max_new_tokens": args.max_new_tokens, "temperature": 0.7},
@@ -68,8 +71,6 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4, help="questions per rollout (trainer.batch_size)")
     ap.add_argument("--group", type=int, default=4, help="runs per question (sampler.group_size)")
     ap.add_argument("--concurrency", type=int, default=0, help="system.concurrency (0: the config's default)")
-    ap.add_argument("--client", choices=("openai", "urllib"), default="openai",
-                    help="the program's HTTP client: urllib leaves out the seconds of CPU that importing openai takes")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
@@ -93,8 +94,14 @@ def main() -> None:
 
         return run
 
-    name_of = {id(engine.system): "program", id(team): "team"}
-    seconds = interleaved({"program": sample(engine.system), "team": sample(team)}, args.reps)
+    fresh = ProgramSystem(engine.system.config.model_copy(update={"prewarm": False}), engine.task)
+    paths = {"program": engine.system, "fresh": fresh, "team": team}
+    name_of = {id(system): name for name, system in paths.items()}
+    try:
+        seconds = interleaved({name: sample(system) for name, system in paths.items()}, args.reps)
+        served = {name: serve_once(engine, paths[name], items[0]) for name in ("program", "fresh")}
+    finally:
+        engine.close()  # the pre-warmed interpreter ends with the engine
     rows, out = [], {}
     for name, (episodes, sizes) in last.items():
         replies = [c.reply for ep in episodes for c in ep.calls if c.reply is not None]
@@ -103,32 +110,32 @@ def main() -> None:
         s = median(seconds[name])
         out[name] = {"seconds": seconds[name], "calls": len(replies), "tokens_out": tokens, "failed": failed,
                      "batch_sizes": sizes, "per_call": s / len(replies), "per_token": s / max(tokens, 1)}  # fmt: skip
-        rows.append([name, f"{s:.2f}", str(len(replies)), str(tokens), f"{s / len(replies):.3f}",
+        rows.append([name, f"{s:.2f}", str(len(replies)), str(tokens), str(failed), f"{s / len(replies):.3f}",
                      f"{1000 * s / max(tokens, 1):.1f}", f"{statistics.mean(sizes):.1f}", str(len(sizes))])  # fmt: skip
-    print(table(rows, ["path", "median s", "calls", "tokens out", "s per call", "ms per token", "mean rows",
+    print(table(rows, ["path", "median s", "calls", "tokens out", "failed", "s per call", "ms per token", "mean rows",
                        "batches"]))  # fmt: skip
     for name in out:
         print(f"{name} batch sizes (last rep): {out[name]['batch_sizes']}")
-    per_call = out["program"]["per_call"] / out["team"]["per_call"]
-    per_token = out["program"]["per_token"] / out["team"]["per_token"]
-    served = serve_once(engine, items[0])
+    ratios = {name: {"per_call": out[name]["per_call"] / out["team"]["per_call"],
+                     "per_token": out[name]["per_token"] / out["team"]["per_token"]} for name in ("program", "fresh")}
     busy += [b for b in warn_if_busy() if b not in busy]
-    print(f"program / team: {per_call:.2f}x per call, {per_token:.2f}x per token; "
-          f"a served request: {served['seconds']:.2f} s for {served['calls']} calls")  # fmt: skip
+    for name in ("program", "fresh"):
+        print(f"{name} / team: {ratios[name]['per_call']:.2f}x per call, {ratios[name]['per_token']:.2f}x per token; "
+              f"a served request: {served[name]['seconds']:.2f} s for {served[name]['calls']} calls")  # fmt: skip
     emit_json("program_vs_team", {
-        "model": args.model, "tasks": args.tasks, "group": args.group, "threads": args.threads, "client": args.client,
-        "per_call_ratio": per_call, "per_token_ratio": per_token, "paths": out, "served": served,
-        "disturbed_by": busy,
+        "model": args.model, "tasks": args.tasks, "group": args.group, "threads": args.threads,
+        "per_call_ratio": ratios["program"]["per_call"], "per_token_ratio": ratios["program"]["per_token"],
+        "ratios": ratios, "paths": out, "served": served, "load": os.getloadavg(), "disturbed_by": busy,
     })  # fmt: skip
 
 
-def serve_once(engine, item) -> dict:
+def serve_once(engine, system, item) -> dict:
     """One greedy run of the program alone, as `masrl serve` answers a request."""
     best = float("inf")
     calls = 0
     for _ in range(2):
         t0 = time.perf_counter()
-        (episode,) = asyncio.run(rollout(engine.system, engine.eval_agents, [item], Parallel(1)))
+        (episode,) = asyncio.run(rollout(system, engine.eval_agents, [item], Parallel(1)))
         best = min(best, time.perf_counter() - t0)
         calls = sum(1 for c in episode.calls if c.reply is not None)
     return {"seconds": best, "calls": calls}

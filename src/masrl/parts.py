@@ -212,6 +212,8 @@ def _assemble(config: Config, model: Any, scope: ExitStack) -> Parts:
     task = build_task(config.task)
     spec = resolve_system(config.system.kind)
     built = spec.build(config, task)
+    if callable(getattr(built.system, "close", None)):  # what it holds (the program system's zygote) ends with us
+        scope.callback(built.system.close)
     errors = system_errors(config)
     served = [*built.policies, *built.frozen, *built.heads]
     check_system(built.system, next(iter(task.items("train", 0, 1)), None), served, errors)  # before any model loads

@@ -1,5 +1,5 @@
 """The real `masrl` command in a subprocess, and what a test of its faults reads back: its `masrl:` lines,
-the moment it reaches a phase, and every file it left, read back whole."""
+the moment it reaches a phase, and every file it left, read back whole; whether a process is gone."""
 
 from __future__ import annotations
 
@@ -96,3 +96,23 @@ def read_back_whole(run: Path) -> list[str]:
             torch.load(path, weights_only=False)
         names.append(rel)
     return names
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, dead and not yet reaped, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def gone(*pids: int, seconds: float = 10.0) -> bool:
+    """Whether every one of `pids` has ended within `seconds` (a killed process's children are reaped by init)."""
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -197,7 +197,7 @@ def seed_configs(config, n: int) -> list:
 
 
 def _eval(args) -> int:
-    with ExitStack() as held:  # a run directory's lock, once the target is one (masrl.run.lock)
+    with ExitStack() as held:  # a run directory's lock, once the target is one (masrl.run.lock); the engine
         return _evaluate(args, held)
 
 
@@ -238,6 +238,7 @@ def _evaluate(args, held: ExitStack) -> int:
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
+    held.callback(engine.close)  # what the system holds (a program's zygote) ends with the command, however it ends
     items = engine.task.items("eval", 0, engine.config.eval.size)
     result = evaluate_system(engine, items, full=True)
     print(result.report or json.dumps(dict(result.metrics), indent=2))

@@ -15,7 +15,7 @@ from masrl.types import STOP_SIGNALS, ExitCode, TrainingError
 def serve(args) -> int:
     """`masrl serve RUN_DIR` (a trained system or policy) or `masrl serve --inference MODEL` (a base model for
     rollouts), until SIGINT or SIGTERM."""
-    with ExitStack() as held:  # the run directory's lock while it serves (masrl.run.lock)
+    with ExitStack() as held:  # the run directory's lock while it serves (masrl.run.lock); the engine
         return _serve_run(args, held)
 
 
@@ -46,6 +46,7 @@ def _serve_run(args, held: ExitStack) -> int:
     except TrainingError as exc:
         print(f"masrl: {exc}", file=sys.stderr)
         return 1
+    held.callback(engine.close)  # what the system holds (a program's zygote) ends with the server, however it stops
     name = args.name or run_dir.resolve().name
     backend = backend_for(engine, name, args.policy)
     what = f"policy {args.policy}" if args.policy else f"system {engine.config.system.kind}"

@@ -192,7 +192,14 @@ async def rollout(
     if lockstep:
         episodes = await _Forest(system, agents, dict(enumerate(tasks)), rule, key, env, errors, lockstep=True).grow()
     else:
-        episodes = list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
+        trees = [asyncio.ensure_future(one(i, t)) for i, t in enumerate(tasks)]
+        try:
+            episodes = list(await asyncio.gather(*trees))
+        except BaseException:  # one stops the run: the others end first (their programs killed, their requests
+            for tree in trees:  # answered), not under asyncio.run's teardown, which cancels every task at once
+                tree.cancel()
+            await asyncio.gather(*trees, return_exceptions=True)
+            raise
     errors.check_share(system, episodes)
     return episodes
 

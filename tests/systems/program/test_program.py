@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from masrl.systems.program.system import ProgramSystem, checked, fault_metrics
 from masrl.registry import build_task
 from masrl.scoring import score
 from masrl.types import TaskItem
+from processes import gone
 from smoke import tiny_run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -228,21 +227,7 @@ def test_a_hung_program_is_killed_at_its_timeout_with_what_it_started(tmp_path, 
     (failed,) = episode.calls
     assert failed.error.startswith("timeout: still running after 3 s")
     program, child = map(int, pid_file.read_text().split())
-    for pid in (program, child):  # the whole process group is gone (the child is reaped by init)
-        for _ in range(100):
-            if not _alive(pid):
-                break
-            time.sleep(0.05)
-        assert not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+    assert gone(program, child, seconds=5.0)  # the whole process group (the child is reaped by init)
 
 
 def test_the_step_goes_on_when_some_runs_fail(run_dir):

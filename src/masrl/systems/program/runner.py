@@ -5,7 +5,8 @@ line of stdout (`{"answer": ..., "reward": ..., "rewards": {...}}`: `reward` sco
 `rewards` single roles or calls, by model name or completion id). It is untrusted: it may crash, hang, print
 nothing useful or flood its output, and each of these ends the episode with a named fault
 (`crash`, `timeout`, `no_json`, `flood`) rather than an exception in the training step. The process
-runs in its own session (process group), so a timeout or a flood kills everything it started.
+runs in its own session (process group), so a timeout or a flood kills everything it started; it is a
+fresh interpreter, or a fork of the system's pre-warmed one (masrl.systems.program.zygote), the same to it.
 Reading its pipes is asyncio's, so a running program never blocks the event loop that batches
 generation for the others.
 """
@@ -20,6 +21,10 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from masrl.systems.program.zygote import Forked, Zygote
+
+Process = asyncio.subprocess.Process | Forked  # a program's process, fresh or forked
 
 STDERR_TAIL = 2000  # characters of stderr kept for a crash's reason
 
@@ -88,13 +93,11 @@ async def run_program(
     timeout: float,
     max_output_bytes: int,
     cwd: str | None = None,
+    zygote: Zygote | None = None,
 ) -> Outcome:
     started = time.perf_counter()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=dict(env), cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+        proc = await start(command, env, cwd, zygote)
     except OSError as exc:
         return Outcome(None, None, f"crash: cannot start {command[0]!r}: {exc}", time.perf_counter() - started)
     out = bytearray()
@@ -138,7 +141,19 @@ async def run_program(
     return await _ended(proc, bytes(out), bytes(err), flooded, max_output_bytes, time.perf_counter() - started)
 
 
-async def _ended(proc: asyncio.subprocess.Process, out: bytes, err: bytes, flooded: bool, max_output_bytes: int,
+async def start(command: Sequence[str], env: Mapping[str, str], cwd: str | None, zygote: Zygote | None) -> Process:
+    """The program's process in its own session: forked by `zygote` (which the caller gives only for a
+    command it can run, masrl.systems.program.zygote.forkable), else a fresh subprocess; both with the
+    pid, pipes, wait() and returncode the rest of run_program reads."""
+    if zygote is not None:
+        return await zygote.spawn(list(command), dict(env), cwd or os.getcwd())
+    return await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=dict(env), cwd=cwd, start_new_session=True,
+    )  # fmt: skip
+
+
+async def _ended(proc: Process, out: bytes, err: bytes, flooded: bool, max_output_bytes: int,
                  seconds: float) -> Outcome:  # fmt: skip
     """What a program that ended within its time means: a flood (its stdout cut off), a crash, or its last line."""
     if flooded:
@@ -151,7 +166,7 @@ async def _ended(proc: asyncio.subprocess.Process, out: bytes, err: bytes, flood
     return Outcome(answer, reward, fault, seconds, rewards)
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
+def _kill(proc: Process) -> None:
     """SIGKILL the program's whole process group (whatever it started, too)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from masrl.systems.api import Agent, Call, Episode, Planner, Step, TaskItem
 from masrl.systems.program.config import ProgramConfig
 from masrl.systems.program.gateway import Gateway, Recorded, Session
 from masrl.systems.program.runner import Outcome, run_program
+from masrl.systems.program.zygote import Zygote, forkable
 
 ROOT = Step(agent="", role="", turn=0, messages=())  # what a rule sees before any call is known
 
@@ -89,6 +91,25 @@ class ProgramSystem:
     def __post_init__(self):
         self.gateway = Gateway(per_call_rewards=self.config.per_call_rewards)
         self._slots: dict[int, asyncio.Semaphore] = {}  # per event loop
+        self._zygote: Zygote | None = None  # started by the first run that can use it, ended by close()
+        self._starting = threading.Lock()  # runs of two event loops (threads) start one zygote
+
+    def zygote(self) -> Zygote | None:
+        """The pre-warmed launcher of this system's runs (masrl.systems.program.zygote); None when
+        `system.prewarm` is off or the command is not a script on masrl's interpreter (then each run is a
+        fresh subprocess)."""
+        with self._starting:
+            script = forkable(self.config.command) if self.config.prewarm else None
+            if self._zygote is None and script is not None:
+                self._zygote = Zygote(self._base_env(), self.config.cwd, script)
+            return self._zygote
+
+    def close(self) -> None:
+        """End the zygote (the engine calls this when it closes; it also ends when this process does)."""
+        with self._starting:
+            if self._zygote is not None:
+                self._zygote.close()
+                self._zygote = None
 
     # The System protocol: a program cannot be stepped from outside.
     def start(self, task: TaskItem):
@@ -105,20 +126,23 @@ class ProgramSystem:
             c = self.config
             try:
                 outcome = await run_program(c.command, task_json(item), self._env(session), c.timeout,
-                                            c.max_output_bytes, c.cwd)  # fmt: skip
+                                            c.max_output_bytes, c.cwd, self.zygote())  # fmt: skip
             finally:
                 self.gateway.close(session)
         calls = tuple(session.calls)
         local = local_rewards(outcome.rewards, calls, tuple(session.agents))
         return Run(calls, dict(session.rewards), outcome, session.fault or outcome.fault, local)
 
-    def _env(self, session: Session) -> dict[str, str]:
+    def _base_env(self) -> dict[str, str]:
+        """Every run's environment but its URL and key: the zygote's, so what it imports sees a run's."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
         env.update(self.config.env)
         no_proxy = ",".join(filter(None, [env.get("NO_PROXY"), "127.0.0.1", "localhost"]))
-        env.update(OPENAI_BASE_URL=self.gateway.url(session), OPENAI_API_KEY=session.key, NO_PROXY=no_proxy,
-                   no_proxy=no_proxy)  # fmt: skip
+        env.update(NO_PROXY=no_proxy, no_proxy=no_proxy)
         return env
+
+    def _env(self, session: Session) -> dict[str, str]:
+        return {**self._base_env(), "OPENAI_BASE_URL": self.gateway.url(session), "OPENAI_API_KEY": session.key}
 
     # ---------------------------------------------------------------- the tree
     async def expand(self, agents: Mapping[str, Agent], item: TaskItem, rule) -> Episode:
