@@ -17,12 +17,11 @@ import asyncio
 import json
 import math
 import os
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from masrl.systems.program.zygote import Forked, Zygote
+from masrl.systems.program.zygote import Forked, Zygote, kill_group
 
 Process = asyncio.subprocess.Process | Forked  # a program's process, fresh or forked
 
@@ -168,7 +167,4 @@ async def _ended(proc: Process, out: bytes, err: bytes, flooded: bool, max_outpu
 
 def _kill(proc: Process) -> None:
     """SIGKILL the program's whole process group (whatever it started, too)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(proc.pid)

@@ -147,11 +147,7 @@ class Forked:
         self._channel.close()
         if line.startswith("exit "):
             return int(line.split()[1])
-        # The zygote died before it reaped the child (killed from outside): end the child's group, as a kill
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.pid)  # the zygote died before it reaped the child (killed from outside): end its group
         return -signal.SIGKILL
 
     async def wait(self) -> int:
@@ -257,6 +253,7 @@ def closed(sock: socket.socket) -> bool:
 
 
 def kill_group(pid: int) -> None:
+    """SIGKILL the process group `pid` leads (a run's session: whatever the program started, too)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
