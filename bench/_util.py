@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import resource
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -87,6 +89,55 @@ def warn_if_busy() -> list[str]:
     for line in busy:
         print(f"warning: another process is using the CPU, timings are disturbed: {line}", file=sys.stderr)
     return busy
+
+
+# One float32 linear through the lean engine's packed oneDNN kernel, run under ONEDNN_VERBOSE in a child
+# (oneDNN reads the variable once, at its first call, so this process cannot turn it on afterwards).
+_ONEDNN_PROBE = (
+    "import torch; w = torch.ops.mkldnn._reorder_linear_weight(torch.randn(64, 64), 32); "
+    "torch.ops.mkldnn._linear_pointwise(torch.randn(32, 64), w, None, 'none', [], '')"
+)
+
+
+def cpu_flags() -> list[str]:
+    """The vector extensions this CPU reports that decide the kernels: avx2, avx512f, avx512_bf16, amx_bf16."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux
+        return []
+    have = set(re.search(r"^flags\s*:(.*)$", text, re.M).group(1).split()) if "flags" in text else set()
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in have]
+
+
+def kernels() -> dict[str, str]:
+    """Which kernels this process's settings run (the issue's AVX2 check): ATen's vectorised ops
+    (`ATEN_CPU_CAPABILITY`), the ISA oneDNN dispatches to and the implementation of the lean engine's
+    linear (`ONEDNN_MAX_CPU_ISA`), and the BLAS under HF's `F.linear`."""
+    import torch
+
+    out = {"cpu_flags": " ".join(cpu_flags()) or "unknown", "aten": torch.backends.cpu.get_cpu_capability()}
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
+    verbose = subprocess.run([sys.executable, "-c", _ONEDNN_PROBE], env=env, capture_output=True, text=True).stdout
+    isa = re.search(r"isa:([^\n,]+)", verbose)
+    impl = re.search(r"primitive,exec,cpu,(?:inner_product|matmul),([^,]+),", verbose)
+    out["onednn_isa"] = isa.group(1).strip() if isa else "unknown"
+    out["onednn_linear"] = impl.group(1) if impl else "unknown"
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    out["blas"] = blas.group(1) if blas else "unknown"
+    if out["blas"] == "mkl":  # MKL names the code path it chose ("Intel(R) AVX2 enabled processors", ...); on an
+        # AMD CPU it reports generic "Intel(R) Architecture processors" and runs its AVX2 kernels
+        env = {**os.environ, "MKL_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
+        probe = "import torch; torch.nn.functional.linear(torch.randn(32, 64), torch.randn(64, 64))"
+        verbose = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout
+        path = re.search(r"for Intel\(R\) 64 architecture (.+?) processors", verbose)
+        out["blas"] += f" ({path.group(1)} processors)" if path else ""
+    out["mkl_instructions"] = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "unset")
+    return out
+
+
+def kernels_line(k: dict[str, str]) -> str:
+    return (f"kernels: ATen {k['aten']}; oneDNN {k['onednn_isa']}, the lean engine's linear {k['onednn_linear']}; "
+            f"HF's linear {k['blas']} (MKL_ENABLE_INSTRUCTIONS {k['mkl_instructions']}); CPU flags {k['cpu_flags']}")
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:

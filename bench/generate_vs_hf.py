@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _util import emit_json, interleaved, median, table, warn_if_busy
+from _util import emit_json, interleaved, kernels, kernels_line, median, table, warn_if_busy
 
 from masrl.agents.policy import LoraSpec, PolicyModel
 from masrl.generation.hf import HFEngine
@@ -125,6 +125,8 @@ def main() -> None:
     rows_out = [[k, f"{med[k]:.2f}", " ".join(f"{t:.2f}" for t in times[k]), f"{tokens[k]:.0f}", f"{tps[k]:.1f}"]
                 for k in engines]  # fmt: skip
     print(table(rows_out, ["engine", "median s", "reps s", "tokens/call", "tokens/s"]))
+    ran = kernels()  # under ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 an AVX-512 CPU runs the AVX2 kernels
+    print(kernels_line(ran))
     print(f"ratio lean/hf tokens/s = {ratio:.2f} (target >= 3.5, issue 37); sampling log-prob gap to the trainer {gap:.2e}")
     extra = {}
     if bf16 is not None:
@@ -142,7 +144,7 @@ def main() -> None:
             "model": args.model, "rows": len(rows), "prompts": args.prompts, "group": args.group,
             "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "threads": args.threads,
             "hf_tok_s": round(tps["hf"], 2), "lean_tok_s": round(tps["lean"], 2), "ratio": round(ratio, 3),
-            "logprob_gap": gap, **extra, "disturbed_by": busy,
+            "logprob_gap": gap, **extra, "kernels": ran, "disturbed_by": busy,
         },
     )  # fmt: skip
 

@@ -1,0 +1,97 @@
+"""How close a decoding step's float32 matmuls run to this CPU's limit: the bound on lean-vs-HF.
+
+Method
+- SmolLM2-135M's decoding matmuls at `--rows` rows (a GRPO batch: 32): per layer
+  [q; k; v], o, [gate; up] and down (the lean engine's fused shapes, 30 layers),
+  and the tied head over the 49,152-token vocabulary once a step.
+- Each shape through the lean engine's kernel (oneDNN's packed float32 linear,
+  `masrl.generation.llama.Matmul`) and through `F.linear` (the BLAS under HF
+  `generate`), in CPU seconds (`time.process_time`) so that a shared machine
+  counts the work and not the waiting.
+- The limit: a 2048 x 2048 x 2048 float32 GEMM, the best this CPU's BLAS and
+  oneDNN reach (the faster of the two).
+- The step's matmul seconds are the sums over a step's calls; their FLOP rate
+  against the limit says how much a faster float32 kernel could still gain.
+
+    python bench/decode_matmuls.py                 # this CPU's kernels, 1 thread
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/decode_matmuls.py   # AVX2 kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from _util import emit_json, kernels, kernels_line, table, warn_if_busy
+
+LAYERS = 30
+# (name, in, out, calls a step): SmolLM2-135M, hidden 576, 9 query and 3 key-value heads of 64, MLP 1536
+SHAPES = [("qkv", 576, 960, LAYERS), ("o", 576, 576, LAYERS), ("gate_up", 576, 3072, LAYERS),
+          ("down", 1536, 576, LAYERS), ("head", 576, 49152, 1)]  # fmt: skip
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=32, help="rows of the decoding step")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=1.0, help="CPU seconds to spend on each measurement")
+    return p.parse_args()
+
+
+def cpu_seconds(fn: Callable[[], object], budget: float) -> float:
+    """CPU seconds of one call: the median over repeated calls filling about `budget` seconds."""
+    for _ in range(2):  # warm-up: packing caches, oneDNN's kernel generation
+        fn()
+    times: list[float] = []
+    while sum(times) < budget or len(times) < 3:
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def packed(weight: torch.Tensor, rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    w = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+    return lambda x: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    busy = warn_if_busy()
+    torch.manual_seed(0)
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    flops = 2 * n**3
+    square = packed(b, n)
+    limit = max(flops / cpu_seconds(lambda: a @ b, args.seconds), flops / cpu_seconds(lambda: square(a), args.seconds))
+    rows, step = [], {"lean": 0.0, "hf": 0.0}
+    for name, k, m, calls in SHAPES:
+        w, x = torch.randn(m, k), torch.randn(args.rows, k)
+        lean_fn = packed(w, args.rows)
+        secs = {"lean": cpu_seconds(lambda: lean_fn(x), args.seconds), "hf": cpu_seconds(lambda: F.linear(x, w), args.seconds)}
+        f = 2 * args.rows * k * m
+        for side in step:
+            step[side] += calls * secs[side]
+        rows.append([name, f"{k}x{m}", str(calls), *(f"{secs[s] * 1e3:.3f} ({f / secs[s] / 1e9:.0f})" for s in step)])
+    step_flops = sum(2 * args.rows * k * m * calls for _, k, m, calls in SHAPES)
+    rate = {s: step_flops / step[s] / 1e9 for s in step}
+    print(f"\nSmolLM2-135M decoding matmuls at {args.rows} rows, float32, {args.threads} thread(s), CPU seconds")
+    print(table(rows, ["matmul", "in x out", "calls", "lean ms (GFLOP/s)", "F.linear ms (GFLOP/s)"]))
+    print(f"a step's matmuls: lean {step['lean'] * 1e3:.1f} ms ({rate['lean']:.0f} GFLOP/s), F.linear "
+          f"{step['hf'] * 1e3:.1f} ms ({rate['hf']:.0f} GFLOP/s); the limit ({n}^3 GEMM) {limit / 1e9:.0f} GFLOP/s: "
+          f"lean at {rate['lean'] / (limit / 1e9):.0%} of it")  # fmt: skip
+    ran = kernels()
+    print(kernels_line(ran))
+    emit_json("decode_matmuls", {
+        "rows": args.rows, "threads": args.threads, "lean_step_ms": round(step["lean"] * 1e3, 2),
+        "hf_step_ms": round(step["hf"] * 1e3, 2), "lean_gflops": round(rate["lean"], 1), "hf_gflops": round(rate["hf"], 1),
+        "limit_gflops": round(limit / 1e9, 1), "kernels": ran, "disturbed_by": busy,
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
