@@ -6,6 +6,7 @@ No model here: generation is a fake function, so every expected batch is written
 from __future__ import annotations
 
 import asyncio
+import time
 
 from generation_cases import FakeGenerate
 
@@ -120,7 +121,7 @@ def test_requests_an_upstream_says_are_coming_share_a_batch(monkeypatch):
 
 def test_the_hold_is_a_share_of_the_mean_batch_bounded_and_an_upstream_that_never_calls_only_delays():
     service = GenerationService(FakeGenerate())
-    assert service.hold() == service_module.FIRST_HOLD  # nothing timed yet
+    assert service.hold() == service_module.MAX_HOLD  # nothing timed yet: the bound (the arrival gap ends it sooner)
     service.stats.batches, service.stats.seconds = 4, 2.0
     assert service.hold() == service_module.HOLD_SHARE * 0.5
     service.stats.seconds = 400.0
@@ -129,6 +130,31 @@ def test_the_hold_is_a_share_of_the_mean_batch_bounded_and_an_upstream_that_neve
     service.listen(Clients(1))  # says a request is coming, never sends it
     outs = asyncio.run(gather_requests(service, [([5], SAMPLE, "a")]))
     assert outs[0].response_ids == (5,)
+
+
+def test_a_batch_holds_while_announced_requests_keep_arriving_and_goes_after_a_gap_without_one(monkeypatch):
+    """Requests 50 ms apart: a gap of 1 s keeps them in one batch, a gap of 10 ms cuts them apart; an
+    upstream that says a request is coming but never sends it delays a batch by one gap, not by the bound."""
+    monkeypatch.setattr(GenerationService, "hold", lambda self: 60.0)  # the bound out of the way: the gap decides
+    fake = FakeGenerate()
+    service = GenerationService(fake, hold_gap=1.0)
+    clients = Clients(4)
+    service.listen(clients)
+    asyncio.run(clients_ms_apart(service, clients))
+    assert [b[0] for b in fake.batches] == [[[0], [1], [2], [3]]]
+
+    fake.batches.clear()
+    service = GenerationService(fake, hold_gap=0.01)
+    clients = Clients(4)
+    service.listen(clients)
+    asyncio.run(clients_ms_apart(service, clients))
+    assert fake.batches[0][0] == [[0]] and len(fake.batches) > 1
+
+    service = GenerationService(FakeGenerate(), hold_gap=0.2)
+    service.listen(Clients(1))  # says a request is coming, never sends it
+    started = time.perf_counter()
+    outs = asyncio.run(gather_requests(service, [([5], SAMPLE, "a")]))
+    assert outs[0].response_ids == (5,) and time.perf_counter() - started < 30.0  # not the 60 s bound
 
 
 def test_max_tokens_cuts_a_batch_by_rows_times_its_widest_row():

@@ -12,10 +12,17 @@ training gateway over HTTP, each a process of its own) arrive milliseconds
 apart, not loop rounds apart, and would be cut into many small batches. A
 source of such requests (an `Upstream`, the gateway) says whether more are
 coming: some program is running and has no request waiting. Before a batch is
-cut the service then holds it a little, until nothing more is coming or the
-hold is over, a tenth of the mean batch's seconds so far (`HOLD_SHARE`): at most
-that share of generation time is spent waiting, and the calls of concurrent
-program runs go out in one batch, as the coroutines of the built-in systems do.
+cut the service then holds it while requests keep arriving: until nothing more is
+coming, or none has arrived for `HOLD_GAP`, or the hold is over, a tenth of the
+mean batch's seconds so far (`HOLD_SHARE`, at most `MAX_HOLD`; `MAX_HOLD` itself
+before any batch was timed). At most that share of generation time is spent
+waiting, and the calls of concurrent program runs go out in one batch, as the
+coroutines of the built-in systems do. The gap is what lets the bound be that
+long: the first calls of 16 forked runs reach the gateway over about 0.3 s,
+20-odd ms apart, on a 2-core machine (docs/program.md), and a shorter bound cut
+them into two batches, where the second costs as long as the first; a run that
+says it is coming but computes for seconds before its call delays a batch by
+one gap, not by the bound.
 
 Generation runs on one long-lived worker thread owned by the service, not on
 asyncio's default pool: each `asyncio.run` (one per training step) would
@@ -52,8 +59,8 @@ GenerateFn = Callable[[Sequence[Sequence[int]], SamplingParams, "str | None"], l
 # (the async form, a remote engine's, returns an awaitable of the same list)
 
 HOLD_SHARE = 0.1  # a batch waits for announced requests at most this share of a mean batch's seconds
-FIRST_HOLD = 0.05  # seconds, before any batch has been timed
-MAX_HOLD = 0.25  # seconds: a slow model's batches never wait longer than this
+MAX_HOLD = 1.0  # seconds: a slow model's batches never wait longer than this; the bound before any batch is timed
+HOLD_GAP = 0.1  # seconds: no request for this long after the last one and the batch goes
 
 
 class Upstream(Protocol):
@@ -109,7 +116,8 @@ class BusyClock:
 
 class GenerationService:
     def __init__(self, generate: GenerateFn, max_batch: int = 64, settle_rounds: int = 8, slots: int = 1,
-                 env=None, max_tokens: int | None = None, clock: BusyClock | None = None):  # fmt: skip
+                 env=None, max_tokens: int | None = None, clock: BusyClock | None = None,
+                 hold_gap: float = HOLD_GAP):  # fmt: skip
         self._generate = generate
         self.clock = clock or BusyClock()  # shared with the run's other services (masrl.parts)
         self._env = env  # masrl.rollout.tree.EnvSteps: environment steps running off the loop, waited for
@@ -122,6 +130,7 @@ class GenerationService:
         # How many event-loop rounds to wait for other coroutines to enqueue
         # before a batch is cut; each round costs microseconds.
         self._settle_rounds = settle_rounds
+        self.hold_gap = hold_gap  # an upstream's requests farther apart than this do not wait for each other
         self._pending: list[_Request] = []
         self._worker: asyncio.Task | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masrl-generate")
@@ -155,14 +164,20 @@ class GenerationService:
             await asyncio.sleep(0)
         if not self._upstreams:
             return
-        until = time.perf_counter() + self.hold()
-        while any(u.coming() for u in self._upstreams) and time.perf_counter() < until:
+        now = last = time.perf_counter()
+        until, seen = now + self.hold(), len(self._pending)
+        while any(u.coming() for u in self._upstreams) and now < min(until, last + self.hold_gap):
             await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            if len(self._pending) > seen:  # another request arrived: the ones behind it may be close too
+                last, seen = now, len(self._pending)
 
     def hold(self) -> float:
-        """Seconds a batch may wait for announced requests: a share of the mean batch's time, bounded."""
+        """Seconds a batch may wait for announced requests: a share of the mean batch's time, bounded
+        (the bound itself before a batch was timed: a generation is seldom faster than the gap of the
+        requests that would miss it, and each split costs a whole batch)."""
         if not self.stats.batches:
-            return FIRST_HOLD
+            return MAX_HOLD
         return min(MAX_HOLD, HOLD_SHARE * self.stats.seconds / self.stats.batches)
 
     async def _drain_parallel(self) -> None:
