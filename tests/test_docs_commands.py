@@ -8,7 +8,7 @@ shell variables set earlier in the same block (`T="..."`, `export P=...`) are ex
 
 What is checked, per command:
 - `masrl ...` (also `.venv/bin/masrl`, `python -m masrl.cli`, `torchrun ... -m masrl.cli`): masrl's
-  own argument parser (`masrl.cli.parser.build_parser`, system commands included) accepts it; for `train` and
+  own argument parser (`masrl.cli.parser.build_parser` through `parse`, system commands included) accepts it; for `train` and
   for `eval` of a config, the config and its overrides load and validate
   (`masrl.loading.load_config`, the code `masrl train` runs before any model loads). A transcript
   block (`$ masrl ...` followed by its output) that shows `config error` must fail with one.
@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from masrl.cli import _COMMANDS, _split_config
-from masrl.cli.parser import build_parser
+from masrl.cli.parser import build_parser, parse
 from masrl.config import PACKAGED, Config, ConfigError
 from masrl.loading import load_config
 
@@ -271,7 +271,7 @@ def test_the_command_runs_as_written(command, monkeypatch):
         return
     argv = _masrl_argv(words)
     try:
-        args = build_parser(_COMMANDS).parse_args(argv)
+        args = parse(build_parser(_COMMANDS), argv)  # as `masrl` parses: overrides may follow the options
     except SystemExit as stop:
         if argv in (["--help"], ["-h"]):
             assert stop.code == 0, f"{command}: the help exits {stop.code}"
