@@ -6,8 +6,9 @@ Method
   and the tied head over the 49,152-token vocabulary once a step.
 - Each shape through the lean engine's kernel (oneDNN's packed float32 linear,
   `masrl.generation.llama.Matmul`) and through `F.linear` (the BLAS under HF
-  `generate`), in CPU seconds (`time.process_time`) so that a shared machine
-  counts the work and not the waiting.
+  `generate`). With one thread in CPU seconds (`time.process_time`), so that a
+  shared machine counts the work and not the waiting; with more, in wall seconds
+  (CPU seconds would add up the threads): run those with the machine to yourself.
 - The limit: a 2048 x 2048 x 2048 float32 GEMM, the best this CPU's BLAS and
   oneDNN reach (the faster of the two).
 - The step's matmul seconds are the sums over a step's calls; their FLOP rate
@@ -41,15 +42,17 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def cpu_seconds(fn: Callable[[], object], budget: float) -> float:
-    """CPU seconds of one call: the median over repeated calls filling about `budget` seconds."""
+def seconds(fn: Callable[[], object], budget: float) -> float:
+    """Seconds of one call (CPU seconds on one thread, else wall): the median over repeated calls
+    filling about `budget` seconds."""
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
     for _ in range(2):  # warm-up: packing caches, oneDNN's kernel generation
         fn()
     times: list[float] = []
     while sum(times) < budget or len(times) < 3:
-        t = time.process_time()
+        t = clock()
         fn()
-        times.append(time.process_time() - t)
+        times.append(clock() - t)
     return sorted(times)[len(times) // 2]
 
 
@@ -67,19 +70,20 @@ def main() -> None:
     a, b = torch.randn(n, n), torch.randn(n, n)
     flops = 2 * n**3
     square = packed(b, n)
-    limit = max(flops / cpu_seconds(lambda: a @ b, args.seconds), flops / cpu_seconds(lambda: square(a), args.seconds))
+    limit = max(flops / seconds(lambda: a @ b, args.seconds), flops / seconds(lambda: square(a), args.seconds))
     rows, step = [], {"lean": 0.0, "hf": 0.0}
     for name, k, m, calls in SHAPES:
         w, x = torch.randn(m, k), torch.randn(args.rows, k)
         lean_fn = packed(w, args.rows)
-        secs = {"lean": cpu_seconds(lambda: lean_fn(x), args.seconds), "hf": cpu_seconds(lambda: F.linear(x, w), args.seconds)}
+        secs = {"lean": seconds(lambda: lean_fn(x), args.seconds), "hf": seconds(lambda: F.linear(x, w), args.seconds)}
         f = 2 * args.rows * k * m
         for side in step:
             step[side] += calls * secs[side]
         rows.append([name, f"{k}x{m}", str(calls), *(f"{secs[s] * 1e3:.3f} ({f / secs[s] / 1e9:.0f})" for s in step)])
     step_flops = sum(2 * args.rows * k * m * calls for _, k, m, calls in SHAPES)
     rate = {s: step_flops / step[s] / 1e9 for s in step}
-    print(f"\nSmolLM2-135M decoding matmuls at {args.rows} rows, float32, {args.threads} thread(s), CPU seconds")
+    unit = "CPU seconds" if args.threads == 1 else "wall seconds"
+    print(f"\nSmolLM2-135M decoding matmuls at {args.rows} rows, float32, {args.threads} thread(s), {unit}")
     print(table(rows, ["matmul", "in x out", "calls", "lean ms (GFLOP/s)", "F.linear ms (GFLOP/s)"]))
     print(f"a step's matmuls: lean {step['lean'] * 1e3:.1f} ms ({rate['lean']:.0f} GFLOP/s), F.linear "
           f"{step['hf'] * 1e3:.1f} ms ({rate['hf']:.0f} GFLOP/s); the limit ({n}^3 GEMM) {limit / 1e9:.0f} GFLOP/s: "
