@@ -91,11 +91,13 @@ def warn_if_busy() -> list[str]:
     return busy
 
 
-# One float32 linear through the lean engine's packed oneDNN kernel, run under ONEDNN_VERBOSE in a child
-# (oneDNN reads the variable once, at its first call, so this process cannot turn it on afterwards).
-_ONEDNN_PROBE = (
+# One float32 linear through the lean engine's packed oneDNN kernel and one through F.linear (the BLAS),
+# run in a child under ONEDNN_VERBOSE and MKL_VERBOSE (each library reads its variable once, at its first
+# call, so this process cannot turn them on afterwards).
+_KERNEL_PROBE = (
     "import torch; w = torch.ops.mkldnn._reorder_linear_weight(torch.randn(64, 64), 32); "
-    "torch.ops.mkldnn._linear_pointwise(torch.randn(32, 64), w, None, 'none', [], '')"
+    "torch.ops.mkldnn._linear_pointwise(torch.randn(32, 64), w, None, 'none', [], ''); "
+    "torch.nn.functional.linear(torch.randn(32, 64), torch.randn(64, 64))"
 )
 
 
@@ -116,21 +118,18 @@ def kernels() -> dict[str, str]:
     import torch
 
     out = {"cpu_flags": " ".join(cpu_flags()) or "unknown", "aten": torch.backends.cpu.get_cpu_capability()}
-    env = {**os.environ, "ONEDNN_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
-    verbose = subprocess.run([sys.executable, "-c", _ONEDNN_PROBE], env=env, capture_output=True, text=True).stdout
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "MKL_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
+    verbose = subprocess.run([sys.executable, "-c", _KERNEL_PROBE], env=env, capture_output=True, text=True).stdout
     isa = re.search(r"isa:([^\n,]+)", verbose)
     impl = re.search(r"primitive,exec,cpu,(?:inner_product|matmul),([^,]+),", verbose)
     out["onednn_isa"] = isa.group(1).strip() if isa else "unknown"
     out["onednn_linear"] = impl.group(1) if impl else "unknown"
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     out["blas"] = blas.group(1) if blas else "unknown"
-    if out["blas"] == "mkl":  # MKL names the code path it chose ("Intel(R) AVX2 enabled processors", ...); on an
-        # AMD CPU it reports generic "Intel(R) Architecture processors" and runs its AVX2 kernels
-        env = {**os.environ, "MKL_VERBOSE": "1", "OMP_NUM_THREADS": "1"}
-        probe = "import torch; torch.nn.functional.linear(torch.randn(32, 64), torch.randn(64, 64))"
-        verbose = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout
-        path = re.search(r"for Intel\(R\) 64 architecture (.+?) processors", verbose)
-        out["blas"] += f" ({path.group(1)} processors)" if path else ""
+    # MKL names the code path it chose ("Intel(R) AVX2 enabled processors", ...); on an AMD CPU it reports
+    # generic "Intel(R) Architecture processors" and runs its AVX2 kernels
+    path = re.search(r"for Intel\(R\) 64 architecture (.+?) processors", verbose)
+    out["blas"] += f" ({path.group(1)} processors)" if path else ""
     out["mkl_instructions"] = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "unset")
     return out
 

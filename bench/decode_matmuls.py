@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from _util import emit_json, kernels, kernels_line, table, warn_if_busy
 
+from masrl.generation.llama import Matmul
+
 LAYERS = 30
 # (name, in, out, calls a step): SmolLM2-135M, hidden 576, 9 query and 3 key-value heads of 64, MLP 1536
 SHAPES = [("qkv", 576, 960, LAYERS), ("o", 576, 576, LAYERS), ("gate_up", 576, 3072, LAYERS),
@@ -56,11 +58,6 @@ def seconds(fn: Callable[[], object], budget: float) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def packed(weight: torch.Tensor, rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    w = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-    return lambda x: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-
-
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -69,12 +66,14 @@ def main() -> None:
     n = 2048
     a, b = torch.randn(n, n), torch.randn(n, n)
     flops = 2 * n**3
-    square = packed(b, n)
+    square = Matmul(b)
     limit = max(flops / seconds(lambda: a @ b, args.seconds), flops / seconds(lambda: square(a), args.seconds))
     rows, step = [], {"lean": 0.0, "hf": 0.0}
     for name, k, m, calls in SHAPES:
         w, x = torch.randn(m, k), torch.randn(args.rows, k)
-        lean_fn = packed(w, args.rows)
+        lean_fn = Matmul(w)  # the lean engine's own product: the weight packed for oneDNN as it packs it
+        if lean_fn.packed is None:
+            raise SystemExit("this torch has no oneDNN packed linear: the lean engine runs F.linear here")
         secs = {"lean": seconds(lambda: lean_fn(x), args.seconds), "hf": seconds(lambda: F.linear(x, w), args.seconds)}
         f = 2 * args.rows * k * m
         for side in step:
