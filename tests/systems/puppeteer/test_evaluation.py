@@ -1,12 +1,24 @@
-"""Puppeteer's evaluation files (masrl/systems/puppeteer/evaluation.py): the initial-to-evolved table from
-a run's evaluations, and an episode's folded graph written as DOT and as the view's JSON."""
+"""Puppeteer's evaluation (masrl/systems/puppeteer/evaluation.py): the initial-to-evolved table from a run's
+evaluations, an episode's folded graph written as DOT and as the view's JSON, and the reference rows (each
+base model alone, one call per path) against direct calls of the SIMULATED models."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
-from masrl.systems.puppeteer.evaluation import evolution_table, write_graphs
+import pytest
+
+from masrl.evaluate import ItemScores
+from masrl.pools.simulated import simulated_pool
+from masrl.systems.puppeteer.evaluation import (
+    OneCall, evaluate_orchestrator, evaluate_references, evolution_table, references_table, write_graphs,
+)
+from masrl.systems.puppeteer.space import TERMINATOR, agent_space, space_agents
+from masrl.systems.puppeteer.system import ORCHESTRATOR, PuppeteerSystem
 from masrl.systems.puppeteer.topology import AGENT_ROLE
+from masrl.systems.puppeteer.vote import majority_vote
+from masrl.tasks.math import MathTask, extract_math_answer, math_equal
 from masrl.types import Call, Episode, Reply, TaskItem
 
 
@@ -33,3 +45,85 @@ def test_the_first_episodes_graphs_are_written_as_dot_and_json(tmp_path):
     records = json.loads((tmp_path / "graphs" / "step4" / "graphs.json").read_text())
     assert [r["task"] for r in records] == ["t0", "t1"]
     assert records[0]["nodes"] == ["a", "b"] and sorted(map(tuple, records[0]["edges"])) == [("a", "b", 1), ("b", "b", 1)]
+
+
+# ---------------------------------------------------------------- reference rows
+def simulated_engine(width, orchestrator=None, baselines=("single",)):
+    """The parts evaluate_orchestrator reads: the SIMULATED three-model pool x (reasoning, critique), W paths."""
+    task = MathTask("basic_arithmetic", seed=0, difficulty="medium", chunk_size=50)
+    # distinct questions: a simulated model finds its item by question text and counts attempts per item found
+    items = list({i.question: i for i in task.items("eval", 0, 24)}.values())[:20]
+    models = simulated_pool("three", task=items)
+    specs = agent_space(list(models), ["reasoning", "critique"], ["none"])
+    frozen = space_agents(specs, models, {})
+    agents = {**frozen, ORCHESTRATOR: orchestrator or OneCall("sim-weak:critique")}
+    config = SimpleNamespace(sampler=SimpleNamespace(group_size=width),
+                             system=SimpleNamespace(baselines=list(baselines), graphs=0))  # fmt: skip
+    system = PuppeteerSystem(task, tuple(specs))
+    engine = SimpleNamespace(system=system, frozen=frozen, agents=agents, eval_agents=agents, task=task, config=config)
+    return engine, items, models
+
+
+def test_a_reference_row_is_each_models_direct_calls_voted():
+    engine, items, models = simulated_engine(width=3)
+    rows = {r.model: r for r in evaluate_references(engine, items, ["single"])}
+    assert list(rows) == ["sim-weak", "sim-medium", "sim-strong"]
+    for name, model in models.items():
+        row = rows[name]
+        assert row.per_item.method == f"single: {name}" and row.per_item.ids == tuple(i.id for i in items)
+        want = []  # the model called directly on attempts 0, 1, 2 (the draws a reset replays), then the vote
+        for item in items:
+            answers = [extract_math_answer(model.reply_for(item, (), attempt).text) for attempt in range(3)]
+            vote = majority_vote(answers, lambda a, b: math_equal(a, b))
+            want.append(float(vote is not None and math_equal(item.answer, vote)))
+        assert row.per_item.scores["accuracy"] == tuple(want)
+    # the three models differ on these items: the rows are not one row copied three times
+    assert len({rows[m].per_item.scores["accuracy"] for m in models}) == 3
+
+
+def test_a_reference_path_is_one_call_of_one_agent_priced_by_its_model():
+    engine, items, models = simulated_engine(width=3)
+    row = evaluate_references(engine, items, ["single"])[1]
+    price = models["sim-medium"].price
+    for ep, tokens, cost in zip(row.episodes, row.per_item.scores["tokens"], row.per_item.scores["cost"]):
+        leaves = ep.leaves()
+        assert len(leaves) == 3
+        for leaf in leaves:
+            path = ep.path(leaf)
+            assert [c.agent for c in path] == [ORCHESTRATOR, "sim-medium:reasoning", ORCHESTRATOR]
+            assert path[-1].action == TERMINATOR and path[-1].rewards["steps"] == 1.0
+        calls = [c for c in ep.calls if c.role == "agent"]
+        assert tokens == sum(c.reply.tokens_out for c in calls)
+        assert cost > 0 and cost == pytest.approx(sum(price.cost(c.reply.tokens_in, c.reply.tokens_out) for c in calls))
+
+
+def test_reference_rows_replay_the_draws_the_orchestrator_saw():
+    """An orchestrator that picks sim-medium:reasoning once per path scores what that model's row scores,
+    though the orchestrator's evaluation ran first on the same models."""
+    engine, items, models = simulated_engine(width=3, orchestrator=OneCall("sim-medium:reasoning"))
+    result = evaluate_orchestrator(engine, items, full=True)
+    assert [s.method for s in result.per_item] == ["orchestrator", "single: sim-weak", "single: sim-medium",
+                                                   "single: sim-strong"]  # fmt: skip
+    assert result.per_item[0].scores == result.per_item[2].scores
+    assert result.per_item[0].scores != result.per_item[3].scores
+    assert "| single: sim-medium |" in result.report and result.report.startswith(result.line)
+
+
+def test_reference_rows_come_only_with_the_full_evaluation_and_when_asked():
+    engine, items, _ = simulated_engine(width=1)
+    assert [s.method for s in evaluate_orchestrator(engine, items, full=False).per_item] == ["orchestrator"]
+    result = evaluate_orchestrator(simulated_engine(width=1, baselines=())[0], items, full=True)
+    assert [s.method for s in result.per_item] == ["orchestrator"] and result.report == ""
+
+
+def test_the_references_table_has_a_row_per_method():
+    scores = [ItemScores("orchestrator", ("a", "b"), {"accuracy": (1.0, 0.0), "tokens": (300.0, 100.0),
+                                                      "cost": (0.002, 0.001)}),
+              ItemScores("single: m", ("a", "b"), {"accuracy": (1.0, 1.0), "tokens": (50.0, 51.0),
+                                                   "cost": (0.0001, 0.0)})]  # fmt: skip
+    assert references_table(scores).splitlines() == [
+        "| method | vote accuracy | generated tokens per task | cost per task $ |",
+        "| --- | --- | --- | --- |",
+        "| orchestrator | 0.500 | 200 | 0.001500 |",
+        "| single: m | 1.000 | 50 | 0.000050 |",
+    ]

@@ -18,6 +18,7 @@ TINY_POOL = (
     "system.pool.agents=[{name: sim-medium, backend: simulated, ability: 1.62},"
     " {name: local, backend: hf, model: tiny, max_new_tokens: 8}]"
 )
+SIMULATED = ("sim-weak", "sim-medium", "sim-strong")  # the SIMULATED three-model pool, weak to strong
 TOPOLOGY = ("graph_density", "graph_cycles", "path_length", "agents_per_task", "tokens_per_task", "vote_accuracy")
 
 
@@ -56,6 +57,11 @@ def test_shipped_puppeteer_configs_run_two_steps(config, extra, tmp_path, capsys
     assert table.splitlines()[0] == "| metric | step 0 | step 2 |" and "| graph density |" in table
     page = (run / "puppeteer.html").read_text()
     assert page.count("<svg") >= 4 and "step00000" in page and "step00002" in page
+    # the reference rows (each base model alone) come with the final evaluation only, and on the page
+    methods = [[d["method"] for d in json.loads((run / "evals" / f"step-00000{s}.json").read_text())["per_item"]]
+               for s in (0, 2)]  # fmt: skip
+    assert methods[0] == ["orchestrator"] and methods[1][0] == "orchestrator" and len(methods[1]) > 1
+    assert all(m.startswith("single: ") and f"<td>{m}</td>" in page for m in methods[1][1:])
     assert main(["report", str(run)]) == 0  # the generic report reads a puppeteer run too
 
 
@@ -85,9 +91,16 @@ def test_head_run_evaluates_from_its_checkpoint(tmp_path, capsys):
     assert main(["eval", str(run)]) == 0
     summary = json.loads((run / "eval.json").read_text())
     assert summary["items"] == 3 and 0.0 <= summary["accuracy"] <= 1.0 and "graph_cycles" in summary
-    (orchestrator,) = summary["per_item"]  # the vote's correctness per task, as the summary counts it
+    orchestrator, *rows = summary["per_item"]  # the vote's correctness per task, as the summary counts it
     assert sum(orchestrator["scores"]["accuracy"]) / 3 == summary["accuracy"]
     assert sum(orchestrator["scores"]["cost"]) == pytest.approx(summary["cost"])
+    assert [r["method"] for r in rows] == [f"single: {m}" for m in SIMULATED]  # each base model alone
+    assert all(r["ids"] == orchestrator["ids"] for r in rows)
+    out = capsys.readouterr().out
+    assert all(f"| single: {m} |" in out for m in SIMULATED)
+    assert main(["compare", str(run)]) == 0  # the orchestrator minus each row, paired
+    out = capsys.readouterr().out
+    assert all(f"single: {m}" in out for m in SIMULATED)
     capsys.readouterr()
     assert main(["serve", str(run), "--policy", "orchestrator"]) == 2  # a scoring head is no chat model
     assert "no trained language-model agent 'orchestrator'" in capsys.readouterr().err

@@ -9,6 +9,8 @@ from pydantic import Field
 from masrl.systems.api import Component, Config, MINILM, PoolConfig, SystemSection, check_pool, pool_needs
 from masrl.systems.puppeteer.space import PATTERNS, TOOLS, resolve_folder
 
+BASELINES = ("single",)  # the reference rows evaluation.py runs (evaluate_references)
+
 
 class PuppeteerConfig(SystemSection):
     """Its base models are `pool`'s agents; W parallel paths per task is sampler.group_size."""
@@ -43,6 +45,11 @@ class PuppeteerConfig(SystemSection):
     )
     cost_unit: float = Field(100.0, gt=0.0, description="F = the step's tokens (or GFLOPs) / cost_unit")
     graphs: int = Field(4, ge=0, description="orchestration graphs (DOT) written per evaluation")
+    baselines: list[str] = Field(
+        default_factory=lambda: ["single"],
+        description="reference rows evaluated at the end (final evaluation, masrl eval): single (each base model "
+        "of the pool once per path with the reasoning pattern, then stop)",
+    )
 
 
 def puppeteer_needs(config: Config) -> tuple[Component, ...]:
@@ -61,6 +68,9 @@ def check_puppeteer(config: Config) -> None:
                              if unknown else f"system.{key} is empty")
         if len(set(given)) != len(given):
             raise ValueError(f"system.{key} lists an entry twice: {given}")
+    unknown = [x for x in p.baselines if x not in BASELINES]
+    if unknown:
+        raise ValueError(f"system.baselines has unknown entries {unknown}; known: {', '.join(BASELINES)}")
     if {"read_file", "search"} & set(p.tools) and not p.folder:
         raise ValueError("system.tools read_file and search need system.folder")
     if p.folder and not resolve_folder(p.folder).is_dir():

@@ -6,6 +6,14 @@ final answers (Puppeteer (arXiv:2505.19591), section 3, "Implementation Details"
 Reported: vote accuracy, mean path accuracy, tokens and agents per task, graph
 density and cycles, path length; the first `puppeteer.graphs` tasks' folded
 orchestration graphs are written as DOT files.
+
+Reference rows (`system.baselines`, final evaluation and `masrl eval` only):
+`single` gives each base model of the pool a scripted orchestrator that picks
+that model with the `reasoning` pattern at step 1 and the terminator at step 2,
+so each of the W paths is one call of one model; the same system, pool, cost
+accounting, draws (reset before each row) and vote as the orchestrator's. Their
+per-item scores (`single: MODEL`) sit beside the orchestrator's, so
+`masrl compare RUN` prints the orchestrator minus each row with paired intervals.
 """
 
 from __future__ import annotations
@@ -15,13 +23,15 @@ import html
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from masrl.systems.api import (
-    CountsAttempts, Episode, ItemScores, Parallel, SystemEval, TaskItem, read_metrics, rollout, series,
+    CountsAttempts, Episode, ItemScores, Message, Parallel, Reply, SystemEval, Task, TaskItem, read_metrics, rollout,
+    series,
 )
-from masrl.systems.puppeteer.system import vote_accuracy, voted_answer
+from masrl.systems.puppeteer.space import TERMINATOR, AgentSpec, SpaceAgent
+from masrl.systems.puppeteer.system import ORCHESTRATOR, PuppeteerSystem, vote_accuracy, voted_answer
 from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 
 
@@ -35,10 +45,7 @@ class PuppeteerEval:
 def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
     width = engine.config.sampler.group_size
     agents = engine.agents if width > 1 else engine.eval_agents
-    for agent in engine.frozen.values():  # simulated models replay the same draws at every evaluation
-        model = getattr(agent, "model", agent)
-        if isinstance(model, CountsAttempts):
-            model.reset()
+    replay_draws(engine.frozen)
     episodes = asyncio.run(rollout(engine.system, agents, items, Parallel(width)))
     leaves = [leaf for ep in episodes for leaf in ep.leaves()]
     ok = [leaf for leaf in leaves if not leaf.failed]
@@ -52,13 +59,82 @@ def evaluate_puppeteer(engine, items: Sequence[TaskItem]) -> PuppeteerEval:
         "items": float(len(items)),
         **topology_metrics(episodes),
     }
-    votes = [voted_answer(engine.task, ep) for ep in episodes]
-    per_item = ItemScores("orchestrator", tuple(ep.task.id for ep in episodes), {
-        "accuracy": tuple(float(a is not None and engine.task.score(ep.task, a) > 0) for ep, a in zip(episodes, votes)),
+    return PuppeteerEval(metrics, tuple(episodes), vote_scores("orchestrator", engine.task, episodes))
+
+
+def replay_draws(frozen) -> None:
+    """Restart the simulated models' attempt counts, so every evaluation (and every reference row) sees the
+    same draws; a space agent wraps its model, which every agent of that model shares."""
+    for agent in frozen.values():
+        model = getattr(agent, "model", agent)
+        if isinstance(model, CountsAttempts):
+            model.reset()
+
+
+def vote_scores(method: str, task: Task, episodes: Sequence[Episode]) -> ItemScores:
+    """Per task: the vote's correctness, the tokens every call generated, and the dollars spent."""
+    votes = [voted_answer(task, ep) for ep in episodes]
+    return ItemScores(method, tuple(ep.task.id for ep in episodes), {
+        "accuracy": tuple(float(a is not None and task.score(ep.task, a) > 0) for ep, a in zip(episodes, votes)),
         "tokens": tuple(float(sum(c.reply.tokens_out for c in ep.calls if c.reply)) for ep in episodes),
         "cost": tuple(ep.cost for ep in episodes),
     })  # fmt: skip
-    return PuppeteerEval(metrics, tuple(episodes), per_item)
+
+
+# ---------------------------------------------------------------- reference rows
+# `reasoning` is the pattern that solves: its prompt carries out the steps and computes the result, and
+# with no work so far that is the task itself. The others need earlier work to act on (critique,
+# reflect, summarize, conclude, modify) or stop short of an answer (planning, question).
+SOLVE = "reasoning"
+
+
+class OneCall:
+    """A scripted orchestrator: names `agent` at step 1 and the terminator after, so a path is one call."""
+
+    def __init__(self, agent: str):
+        self.name = ORCHESTRATOR
+        self.agent = agent
+
+    async def __call__(self, messages: Sequence[Message]) -> Reply:
+        first = "\nStep 1 of at most " in messages[1].content  # PuppeteerSystem.state_text's step line
+        return Reply(f"<agent>{self.agent if first else TERMINATOR}</agent>", 0, 0, 0.0)
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    model: str
+    episodes: tuple[Episode, ...]
+    per_item: ItemScores  # method "single: MODEL"
+
+
+def evaluate_references(engine, items: Sequence[TaskItem], names: Sequence[str]) -> list[ReferenceRow]:
+    """`single`: one row per base model of the pool, W = sampler.group_size one-call paths per task, voted."""
+    if "single" not in names:
+        return []
+    system: PuppeteerSystem = engine.system
+    models = {s.model: engine.frozen[s.name].model for s in system.specs}  # the pool's models, in space order
+    rows = []
+    for name, model in models.items():
+        spec = AgentSpec(name, SOLVE)
+        # the same system with the one agent this row calls (it may lie outside the configured space); its
+        # step-cost weight per token (cost: flops) is the model's, which all of the model's agents carry
+        weight = next((system.per_token[s.name] for s in system.specs if s.model == name and s.name in system.per_token), None)
+        single = replace(system, specs=(spec,), per_token={} if weight is None else {spec.name: weight})
+        replay_draws(engine.frozen)
+        agents = {spec.name: SpaceAgent(spec, model), ORCHESTRATOR: OneCall(spec.name)}
+        episodes = asyncio.run(rollout(single, agents, items, Parallel(engine.config.sampler.group_size)))
+        rows.append(ReferenceRow(name, tuple(episodes), vote_scores(f"single: {name}", engine.task, episodes)))
+    return rows
+
+
+def references_table(scores: Sequence[ItemScores]) -> str:
+    """Markdown: each method's vote accuracy, tokens and dollars per task (means over its items)."""
+    lines = ["| method | vote accuracy | generated tokens per task | cost per task $ |", "| --- | --- | --- | --- |"]
+    for s in scores:
+        n = max(len(s.ids), 1)
+        acc, tokens, cost = (sum(s.scores[k]) / n for k in ("accuracy", "tokens", "cost"))
+        lines.append(f"| {s.method} | {acc:.3f} | {tokens:.0f} | {cost:.6f} |")
+    return "\n".join(lines)
 
 
 def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[Path]:
@@ -78,8 +154,12 @@ def write_graphs(episodes: Sequence[Episode], folder: Path, count: int) -> list[
 
 
 def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
-    """W paths per task and the vote; in a run directory also each evaluation's graphs and the HTML view."""
+    """W paths per task and the vote; in a run directory also each evaluation's graphs and the HTML view.
+    `full` (the final evaluation, `masrl eval`) adds the reference rows, printed and on the HTML view."""
     result = evaluate_puppeteer(engine, items)
+    rows = evaluate_references(engine, items, engine.config.system.baselines) if full else []
+    per_item = (result.per_item, *(r.per_item for r in rows))
+    table = references_table(per_item) if rows else ""
     m = result.metrics
     line = (
         f"vote accuracy {m['accuracy']:.3f} on {int(m['items'])} held-out items "
@@ -89,9 +169,10 @@ def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
 
     def write(run_dir: Path, step: int) -> None:
         write_graphs(result.episodes, run_dir / "graphs" / f"step{step:05d}", engine.config.system.graphs)
-        write_puppeteer_report(run_dir)
+        write_puppeteer_report(run_dir, table)
 
-    return SystemEval(m, line, write=write, per_item=(result.per_item,))
+    report = f"{line}\n\nThe orchestrator and each base model alone (one call per path, W paths, the vote):\n{table}"
+    return SystemEval(m, line, report=report if rows else "", write=write, per_item=per_item)
 
 
 SUMMARY_KEYS = (
@@ -182,17 +263,24 @@ def svg_line(points: list[tuple[int, float]], title: str, width: int = 420, heig
     )
 
 
-def write_puppeteer_report(run_dir: Path) -> Path:
+def markdown_rows(table: str) -> str:
+    """A markdown table's rows as HTML <tr> rows (its separator line dropped)."""
+    return "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell.strip())}</td>" for cell in line.strip("|").split("|")) + "</tr>"
+        for i, line in enumerate(table.splitlines()) if i != 1
+    )  # fmt: skip
+
+
+def write_puppeteer_report(run_dir: Path, references: str = "") -> Path:
     """RUN_DIR/puppeteer.html: curves of tokens, accuracy and topology, the initial-vs-evolved
-    table, and the orchestration graphs of the first and the latest evaluation."""
+    table, the reference rows' table (`references_table`, markdown) when given, and the orchestration
+    graphs of the first and the latest evaluation."""
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     charts = "".join(svg_line(series(rows, key), title) for key, title in CHARTS)
-    table = evolution_table(rows).splitlines()
-    table_html = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell.strip())}</td>" for cell in line.strip("|").split("|")) + "</tr>"
-        for i, line in enumerate(table) if i != 1
-    )  # fmt: skip
+    table_html = markdown_rows(evolution_table(rows))
+    refs_html = (f"<h2>The orchestrator and each base model alone (final evaluation)</h2>"
+                 f"<table border=1 cellpadding=4>{markdown_rows(references)}</table>" if references else "")  # fmt: skip
     steps = sorted((run_dir / "graphs").glob("step*/graphs.json"))
     graphs = ""
     for path in dict.fromkeys([*steps[:1], *steps[-1:]]):
@@ -202,7 +290,7 @@ def write_puppeteer_report(run_dir: Path) -> Path:
     page = (
         f"<!doctype html><meta charset='utf-8'><title>puppeteer {html.escape(run_dir.name)}</title>"
         f"<body style='font-family:sans-serif'><h1>{html.escape(str(run_dir))}</h1>{charts}"
-        f"<h2>Held-out evaluations</h2><table border=1 cellpadding=4>{table_html}</table>"
+        f"<h2>Held-out evaluations</h2><table border=1 cellpadding=4>{table_html}</table>{refs_html}"
         f"<h2>Orchestration graphs, initial and latest</h2>{graphs}</body>"
     )
     out = run_dir / "puppeteer.html"
