@@ -3,7 +3,9 @@
 Method
 - One engine (SmolLM2 + one LoRA policy, `shared`, one generation service) serves both paths.
 - The program is examples/program-debate/debate.py (three roles, 5 calls a run: two debaters answer,
-  each revises after reading the other's answer, a judge picks one), a process per run talking to the
+  each revises after reading the other's answer, a judge picks one) or, with `--program solver-checker`,
+  examples/program-solver-checker/solver_checker.py (the team's two roles with the team's prompts, so
+  the prompts do not differ and the ratio is the gateway path's own cost), a process per run talking to the
   training gateway through the official `openai` client, twice: forked from the system's pre-warmed
   interpreter (`program`, system.prewarm: true, the default: masrl/systems/program/zygote.py) and a
   fresh interpreter per run (`fresh`, system.prewarm: false), which spends 1-2 s of CPU importing
@@ -23,6 +25,7 @@ Method
 
     python bench/program_vs_team.py               # SmolLM2, 4 tasks x 4 runs, 32 new tokens
     python bench/program_vs_team.py --model tiny  # a check of the script (a minute or two)
+    python bench/program_vs_team.py --program solver-checker   # like for like: the team's roles as a program
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ from masrl.rollout.tree import Parallel, rollout
 from masrl.systems.program.system import ProgramSystem
 from masrl.systems.team import SolverChecker
 
-PROGRAM = Path(__file__).resolve().parents[1] / "examples" / "program-debate" / "debate.py"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# --program: the debate (5 calls, prompts that carry both debaters' answers) or the solver and checker, the
+# default team's two roles with the team's own prompts, so its ratio is the gateway's cost alone
+PROGRAMS = {"debate": EXAMPLES / "program-debate" / "debate.py",
+            "solver-checker": EXAMPLES / "program-solver-checker" / "solver_checker.py"}
 ROLES = ("debater_a", "debater_b", "judge", "solver", "checker")  # the program's and the team's model names
 
 
@@ -55,7 +62,7 @@ def config(args) -> dict:
         "run": {"dir": tempfile.mkdtemp(prefix="masrl-bench-program-"), "seed": 0},
         "model": {"name": args.model, "lora_rank": 16, "lora_alpha": 32},
         "task": {"kind": "math", "dataset": "basic_arithmetic", "difficulty": "easy"},
-        "system": {"kind": "program", "command": [sys.executable, str(PROGRAM)],
+        "system": {"kind": "program", "command": [sys.executable, str(PROGRAMS[args.program])],
                    "trained": dict.fromkeys(ROLES, "shared"), "timeout": 1800,  # a loaded machine: no run cut off
                    **({"concurrency": args.concurrency} if args.concurrency else {})},
         "sampler": {"rule": "parallel", "group_size": args.group},
@@ -68,6 +75,8 @@ def config(args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--program", choices=sorted(PROGRAMS), default="debate",
+                    help="the program: the 5-call debate, or solver-checker (the team's roles and prompts)")
     ap.add_argument("--tasks", type=int, default=4, help="questions per rollout (trainer.batch_size)")
     ap.add_argument("--group", type=int, default=4, help="runs per question (sampler.group_size)")
     ap.add_argument("--concurrency", type=int, default=0, help="system.concurrency (0: the config's default)")
@@ -123,7 +132,7 @@ def main() -> None:
         print(f"{name} / team: {ratios[name]['per_call']:.2f}x per call, {ratios[name]['per_token']:.2f}x per token; "
               f"a served request: {served[name]['seconds']:.2f} s for {served[name]['calls']} calls")  # fmt: skip
     emit_json("program_vs_team", {
-        "model": args.model, "tasks": args.tasks, "group": args.group, "threads": args.threads,
+        "model": args.model, "program": args.program, "tasks": args.tasks, "group": args.group, "threads": args.threads,
         "per_call_ratio": ratios["program"]["per_call"], "per_token_ratio": ratios["program"]["per_token"],
         "ratios": ratios, "paths": out, "served": served, "load": os.getloadavg(), "disturbed_by": busy,
     })  # fmt: skip
