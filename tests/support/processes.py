@@ -50,28 +50,23 @@ def loads_torch(pid: int) -> bool:
         return False
 
 
-def stopped(pid: int) -> bool:
-    """Whether the process is stopped (SIGSTOP: MASRL_TEST_PAUSE, masrl.checkpoint)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except OSError:
-        return False
-
-
 def pauses(proc: subprocess.Popen, at_each: list[list[int]]) -> None:
     """The process stops itself at each pause (MASRL_TEST_PAUSE); send the i-th pause the signals `at_each[i]`
-    while it is stopped, then continue it; once the list is used up, continue it at every pause until it ends."""
+    while it is stopped, then continue it; once the list is used up, continue it at every pause until it ends.
+
+    Each stop is counted from waitpid(WUNTRACED), which reports every stop of a child once, not by watching
+    /proc for the stopped state: a child continued that stops again at its next pause before this process
+    looks (a loaded machine) would never be seen running, and the watcher would wait for ever."""
     k = 0
-    while proc.poll() is None:
-        if not stopped(proc.pid):
-            time.sleep(0.005)
-            continue
+    while True:
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):  # it ended: Popen must not wait for a child already reaped
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return
         for sig in at_each[k] if k < len(at_each) else []:
             proc.send_signal(sig)
         k += 1
         proc.send_signal(signal.SIGCONT)
-        while stopped(proc.pid):
-            time.sleep(0.001)
 
 
 def read_back_whole(run: Path) -> list[str]:
