@@ -131,6 +131,34 @@ def test_head_learner_checkpoint_round_trip(tmp_path):
         learner.update([Sample("orchestrator", (), (), 1.0)])
 
 
+def test_head_learner_skips_or_stops_on_a_gradient_that_is_not_finite_as_every_learner_does():
+    """A NaN in a state's embedding reaches the gradient: `skip` leaves the head and the optimiser as
+    they were and counts it, `stop` stops the run; weights an overflowing step leaves non-finite always stop."""
+    from masrl.types import Sample, TrainingError
+
+    def sample(features, advantage=1.0):
+        return Sample("orchestrator", (), (), advantage, payload=HeadChoice(features, 1))
+
+    head = scoring_head(2, 3)
+    learner = HeadLearner("orchestrator", head, lr=0.1)
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    out = learner.update([sample((0.5, float("nan")))])
+    assert out["skipped_updates"] == 1.0 and out["grad_norm"] != out["grad_norm"]  # NaN norm, reported
+    assert all(torch.equal(before[k], v) for k, v in head.state_dict().items())
+    assert learner.optimizer.state == {}  # no moments were touched
+    assert "skipped_updates" not in learner.update([sample((0.5, 0.25))])  # a finite one steps
+    assert not torch.equal(before["weight"], head.weight)
+
+    stopping = HeadLearner("orchestrator", scoring_head(2, 3), lr=0.1, nonfinite="stop")
+    with pytest.raises(TrainingError, match="orchestrator's gradient is not finite"):
+        stopping.update([sample((float("inf"), 0.0))])
+    big = scoring_head(2, 3)
+    with torch.no_grad():
+        big.bias.fill_(3.3e38)  # near float32's largest (3.4e38): logits stay finite; a first Adam step moves by lr
+    with pytest.raises(TrainingError, match="orchestrator's weights are not finite after an update"):
+        HeadLearner("orchestrator", big, lr=3e37).update([sample((0.0, 0.0))])
+
+
 def test_head_draws_by_place_do_not_depend_on_the_order_replies_arrive_in():
     """With agents answering after different delays (remote agents, answered in any order), the
     global RNG hands its draws out in arrival order; in a rollout by place (a key) they follow

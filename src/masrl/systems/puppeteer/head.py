@@ -13,7 +13,9 @@ normalised, 384-d) or `base` (the mean of the base LLM's last hidden states).
 
 `HeadLearner` takes one AdamW step on the REINFORCE loss (eq. 5),
 -(1/N) sum_n w_n A_n log pi(a_n | S_n), with A from the engine's advantage
-estimator (`reinforce`: A = R; `reinforce_baseline`: A = R - batch mean).
+estimator (`reinforce`: A = R; `reinforce_baseline`: A = R - batch mean), under the same rule as
+every learner for a gradient or weights that are not finite (`trainer.nonfinite`,
+masrl.update.optimizer_step).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from masrl.systems.api import CALL_ADDRESS, Message, Reply, Sample, address_seed, load_model, minilm_encoder
+from masrl.update import optimizer_step
 
 Encoder = Callable[[list[str]], np.ndarray]  # texts -> [N, D] float
 
@@ -162,10 +165,12 @@ class HeadAgent:
 class HeadLearner:
     """AdamW on the scoring head's REINFORCE loss; checkpoints the head and the optimiser."""
 
-    def __init__(self, name: str, head: torch.nn.Module, lr: float = 1e-2, max_grad_norm: float = 1.0):
+    def __init__(self, name: str, head: torch.nn.Module, lr: float = 1e-2, max_grad_norm: float = 1.0,
+                 nonfinite: str = "skip"):  # fmt: skip
         self.name = name
         self.head = head
         self.max_grad_norm = max_grad_norm
+        self.nonfinite = nonfinite
         self.optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
 
     def update(self, samples: Sequence[Sample]) -> dict[str, float]:
@@ -185,12 +190,15 @@ class HeadLearner:
         logits = self.head(feats)  # [N, K]
         loss = reinforce_loss(logits, actions, adv, weights)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.head.parameters()), self.max_grad_norm)
-        self.optimizer.step()
+        params = list(self.head.parameters())
+        grad_norm, stepped = optimizer_step(params, self.optimizer, self.max_grad_norm, self.nonfinite, self.name)
         probs = torch.softmax(logits.detach(), dim=-1)
         entropy = float(-(probs * torch.log(probs.clamp(min=1e-12))).sum(-1).mean())
-        return {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "entropy": entropy,
-                "samples": float(len(samples))}  # fmt: skip
+        out = {"loss": float(loss.detach()), "grad_norm": float(grad_norm), "entropy": entropy,
+               "samples": float(len(samples))}  # fmt: skip
+        if not stepped:  # as masrl.update's: only then
+            out["skipped_updates"] = 1.0
+        return out
 
     def checkpoint_files(self) -> dict[str, Callable[[Path], None]]:
         return {

@@ -268,5 +268,6 @@ def build_head(config, actions: Sequence[str]) -> Head:
     head = scoring_head(dim, len(actions), p.head_hidden, seed=config.run.seed)
     sample = HeadAgent(ORCHESTRATOR, head, encoder, actions, config.rollout.temperature)
     greedy = HeadAgent(ORCHESTRATOR, head, encoder, actions, greedy=True)
-    learner = HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm)
+    learner = HeadLearner(ORCHESTRATOR, head, lr=p.head_lr, max_grad_norm=config.trainer.max_grad_norm,
+                          nonfinite=config.trainer.nonfinite)
     return Head(sample, greedy, learner)
