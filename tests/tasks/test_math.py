@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 
 import pytest
 
@@ -205,6 +206,31 @@ def test_scoring_off_the_main_thread():
 
 def test_overlong_answer_is_wrong_not_slow():
     assert MathTask().score(TaskItem("i", "q", "7"), "(" * 2000 + "7") == 0.0
+
+
+def test_a_huge_exponent_earns_nothing_and_builds_no_huge_number(monkeypatch):
+    """Fraction("1e99999999") computes 10^99999999 exactly (minutes holding the GIL, measured: over 100 s
+    here), so an answer like it would stall every episode of the process. Every reader of a model's
+    number refuses it before building anything; an exponent up to MAX_DECIMAL_EXPONENT still reads."""
+    import masrl.tasks.math as math_task
+    from masrl.systems.chain.system import plain_number
+    from masrl.tasks.mathturn import num_eq
+
+    built = []
+
+    def recording(text, *rest):
+        built.append(text)
+        return Fraction(text, *rest)
+
+    monkeypatch.setattr(math_task, "Fraction", recording)
+    for answer in ("1e99999999", "1.5e-99999999", "7E+1_000_000", "<answer>1e99999999</answer>"):
+        assert MathTask().score(TaskItem("i", "q", "7"), answer) == 0.0
+        assert math_task.fraction(answer) is None and plain_number(answer) is None
+        assert not num_eq(answer, "7")
+    assert set(built) == {"7"}  # the gold alone: no answer became a Fraction
+    assert math_task.fraction("1e1000") == 10**1000 and math_task.fraction("1e1001") is None
+    assert math_equal("7000", "7e3") and math_equal("0.007", "7e-3")
+    assert not num_eq("1e999", "7")  # a number, beyond any float: wrong, not an OverflowError
 
 
 def test_an_unknown_math_dataset_is_a_config_error_listing_every_name():

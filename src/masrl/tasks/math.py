@@ -63,6 +63,11 @@ MAX_EMPTY_CHUNKS = 20
 # math_verify runs without a timeout off the main thread (see _verify); bound
 # its input instead so a pathological answer cannot stall a worker for long.
 MAX_VERIFY_CHARS = 512
+# Fraction("1e99999999") builds 10^99999999 exactly: minutes of CPU holding the GIL, so one sampled
+# answer would stall every episode of the process. No task's value is near 10^1000, so text with a
+# decimal exponent beyond this is not read as a number (`fraction`).
+MAX_DECIMAL_EXPONENT = 1000
+_DECIMAL_EXPONENT = re.compile(r"[eE]\s*[-+]?([\d_]+)")
 
 
 class MathTask:
@@ -327,8 +332,8 @@ def _single_number(answer: str) -> str | None:
     "\\frac{1}{2}" as "1/2", "-3/4", "1,000", "1e2"); None for none, several, or a plus-minus."""
     text = _TEX_FRACTION.sub(r"\1/\2", answer).replace("\u2212", "-")
     numbers = _ONE_NUMBER.findall(text)
-    if len(numbers) != 1 or _PLUS_MINUS.search(text):
-        return None
+    if len(numbers) != 1 or _PLUS_MINUS.search(text) or _huge_exponent(numbers[0]):
+        return None  # a huge exponent: math_verify would build the number too
     return numbers[0]
 
 
@@ -336,6 +341,20 @@ def _rational(text: str) -> Fraction | None:
     """Exact value of a plain number ("7.0", "1,000", "-3/4", "1e2"), else None."""
     if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
         text = text.replace(",", "")
+    return fraction(text)
+
+
+def _huge_exponent(text: str) -> bool:
+    found = _DECIMAL_EXPONENT.search(text)
+    digits = found.group(1).replace("_", "").lstrip("0") if found else ""
+    return len(digits) > len(str(MAX_DECIMAL_EXPONENT)) or int(digits or 0) > MAX_DECIMAL_EXPONENT
+
+
+def fraction(text: str) -> Fraction | None:
+    """`Fraction(text)` ("7", "-3/4", "3.5", "1e2"), or None: not a number, a zero denominator, or a
+    decimal exponent beyond +-MAX_DECIMAL_EXPONENT (what a model writes is hostile input)."""
+    if _huge_exponent(text):
+        return None
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):

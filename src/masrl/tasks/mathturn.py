@@ -31,10 +31,9 @@ import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
-from masrl.tasks.math import MathTask, extract_math_answer, math_equal
+from masrl.tasks.math import MathTask, extract_math_answer, fraction, math_equal
 from masrl.tasks.moves import final_segment
 from masrl.tasks.team import RewardDesign, RewardParts
 from masrl.tasks.tools import ToolRun
@@ -70,9 +69,10 @@ class MathOutcome:
 
 
 def _number(text: str) -> float | None:
+    value = fraction(text.replace(",", "").replace("−", "-").strip())
     try:
-        return float(Fraction(text.replace(",", "").replace("−", "-").strip()))
-    except (ValueError, ZeroDivisionError):
+        return None if value is None else float(value)
+    except OverflowError:  # 1e999: a number, but beyond any float
         return None
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from masrl.systems.api import FINAL, Message, Reply, Step, Task, TaskItem, Transition, format_reward
+from masrl.tasks.math import fraction
 
 # A run of numbers joined by + and - ("4 - 1 - 7 + 7"); a leading minus belongs to the first number.
 _CHAIN = re.compile(r"-?\s*\d+(?:\.\d+)?(?:\s*[-+]\s*\d+(?:\.\d+)?)+")
@@ -50,10 +51,7 @@ def split_terms(question: str) -> tuple[tuple[str, str], ...] | None:
 def plain_number(text: str | None) -> Fraction | None:
     """The value of an answer that is one number ("-14", "3.5", "7/2", "1,000"), else None. An expression is
     not a total: were "3 - 17" evaluated here, the system would do the adder's sum for it."""
-    try:
-        return Fraction(text.replace(",", "").replace("−", "-").strip()) if text else None
-    except (ValueError, ZeroDivisionError):
-        return None
+    return fraction(text.replace(",", "").replace("−", "-").strip()) if text else None
 
 
 def number(value: Fraction) -> str:
