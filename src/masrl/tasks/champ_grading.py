@@ -163,6 +163,7 @@ def normalize(text: str) -> str:
 
 
 _NUMBER = re.compile(r"(?:±\s*)?-?\d+(?:\.\d+)?(?:\s*/\s*\d+(?![\d.]))?%?")
+_IN_EXPONENT = re.compile(r"\^\s*\([^()]*\Z")  # text ending inside the parentheses of an exponent
 
 
 def _ordered_numbers(text: str, zero_words: bool = False) -> list:
@@ -180,6 +181,8 @@ def _ordered_numbers(text: str, zero_words: bool = False) -> list:
             continue
         if before == "/" or (before == "-" and start >= 2 and text[start - 2].isalnum()):
             continue
+        if text[:start].rstrip()[-1:] in ("*", "×", "·") or _IN_EXPONENT.search(text, 0, start):
+            continue  # a factor of a product ("2*3") or a number inside an exponent ("2^(2*3)"), not a value
         if re.match(r"\)?\s*(?:[*/^(]|[-+]\s*[A-Za-z(])", text[end:]):
             continue  # a coefficient or term of an expression ("3*(abc)^(1/3)", "3-x^2"), not a value
         found += [(start, v) for v in sorted(_values(token), key=str)]
@@ -208,7 +211,10 @@ def _values(token: str) -> set:
         value /= 100
     if "." in token:  # a decimal stands for the interval it rounds from
         places = len(token.split(".")[1].split("/")[0]) + (2 if percent else 0)
-        return {_Approx(float(s * value), 0.5 * 10.0**-places) for s in signs}
+        try:
+            return {_Approx(float(s * value), 0.5 * 10.0**-places) for s in signs}
+        except OverflowError:  # a decimal of hundreds of digits: no answer is near it
+            return set()
     return {s * value for s in signs}
 
 
@@ -220,7 +226,7 @@ class _Approx:
     def matches(self, other: Any) -> bool:
         try:
             return abs(float(other) - self.value) <= self.tolerance + 1e-12
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: beyond any float, so not this decimal
             return False
 
 
@@ -231,7 +237,7 @@ def _same(a: Any, b: Any) -> bool:
         return b.matches(a)
     try:
         return a == b or math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: unequal exact values beyond any float
         return False
 
 
@@ -313,7 +319,8 @@ def _parse_plain(text: str) -> Any:
     if not t or re.search(r"[=<>]|\.\.\.|sum|lim", t):
         return None
     names = {v: sympy.Symbol(v, positive=True, integer=v in "nmkr") for v in _VARIABLES}
-    names.update(C=sympy.binomial, binom=sympy.binomial, floor=sympy.floor, sqrt=sympy.sqrt, choose=sympy.binomial)
+    names.update(C=sympy.binomial, binom=sympy.binomial, floor=sympy.floor, sqrt=sympy.sqrt, choose=sympy.binomial,
+                 factorial=sympy.factorial, binomial=sympy.binomial)  # fmt: skip
     transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sympy deprecation chatter on odd input
@@ -324,20 +331,54 @@ def _parse_checked(t: str, names: dict, transformations: tuple) -> Any:
     import sympy  # lazy: as above
     from sympy.parsing.sympy_parser import parse_expr  # lazy: as above
 
+    # evaluate=False leaves operators alone, not functions: 99999999! would be computed while parsing
+    held = {k: functools.partial(f, evaluate=False) if callable(f) else f for k, f in names.items()}
     try:
-        raw = parse_expr(t, local_dict=names, transformations=transformations, evaluate=False)
-        # (1/2^1958 - ...)^1959 would take sympy minutes to expand exactly: not an answer we grade.
-        if any(
-            isinstance(node, sympy.Pow) and node.exp.is_Number and abs(node.exp) > 200 and not node.base.is_Atom
-            for node in sympy.preorder_traversal(raw)
-        ):
-            return None
+        raw = parse_expr(t, local_dict=held, transformations=transformations, evaluate=False)
+        if not _cheap(raw):
+            return None  # not an answer we grade: evaluating it exactly would not finish
         expr = parse_expr(t, local_dict=names, transformations=transformations, evaluate=True)
     except Exception:  # noqa: BLE001 - any parse failure means "no expression here"
         return None
     if not isinstance(expr, sympy.Basic) or expr.free_symbols - set(names.values()):
         return None
     return expr
+
+
+# Exact evaluation builds every constant power, factorial and binomial in full: 9^(9^9), (10^9)! or
+# (1/2^1958 - ...)^1959 hold the process (and the GIL) for minutes, so one answer a model writes would
+# stall every episode. A constant exponent may reach MAX_EXPONENT over a number or a variable
+# (-x^1958 - x^1957 is a CHAMP answer) and MAX_COMPOUND_EXPONENT over anything else; a factorial's or
+# binomial's constant arguments MAX_COMBINATORIAL. The test points are checked the same way, as
+# 10^(10^n) is cheap until n is 10.
+MAX_EXPONENT = 10_000
+MAX_COMPOUND_EXPONENT = 200
+MAX_COMBINATORIAL = 10_000
+
+
+def _cheap(expr: Any) -> bool:
+    """Whether `expr`, parsed unevaluated, is cheap to evaluate exactly (see MAX_EXPONENT)."""
+    import sympy  # lazy: as above
+
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow) and not node.exp.free_symbols:
+            limit = MAX_EXPONENT if node.base.is_Atom else MAX_COMPOUND_EXPONENT  # a number or a variable
+            if not _bounded(node.exp, limit):
+                return False
+        elif isinstance(node, (sympy.factorial, sympy.binomial)):
+            if not all(a.free_symbols or _bounded(a, MAX_COMBINATORIAL) for a in node.args):
+                return False
+    return True
+
+
+def _bounded(constant: Any, limit: float) -> bool:
+    """Whether a constant expression is cheap to evaluate and a number no larger than `limit` in size."""
+    if constant.is_Number:
+        return abs(constant) <= limit
+    if not _cheap(constant):  # a smaller tree: the recursion ends
+        return False
+    value = constant.doit()
+    return bool(value.is_Number) and abs(value) <= limit
 
 
 def _as_fraction(expr: Any) -> Fraction | None:
@@ -363,7 +404,11 @@ def _equal_expressions(a: Any, b: Any) -> bool:
     for point in _POINTS:
         subs = {s: point[s.name] for s in a.free_symbols | b.free_symbols if s.name in point}
         try:
-            va, vb = sympy.nsimplify(a.subs(subs)), sympy.nsimplify(b.subs(subs))
+            with sympy.evaluate(False):
+                at_a, at_b = a.subs(subs), b.subs(subs)
+            if not (_cheap(at_a) and _cheap(at_b)):
+                return False
+            va, vb = sympy.nsimplify(at_a.doit()), sympy.nsimplify(at_b.doit())
             if va.is_Rational and vb.is_Rational:
                 if va != vb:
                     return False
