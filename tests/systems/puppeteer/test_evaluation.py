@@ -4,6 +4,7 @@ base model alone, one call per path) against direct calls of the SIMULATED model
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 
@@ -127,3 +128,22 @@ def test_the_references_table_has_a_row_per_method():
         "| orchestrator | 0.500 | 200 | 0.001500 |",
         "| single: m | 1.000 | 50 | 0.000050 |",
     ]
+
+
+def test_the_scripted_orchestrator_reads_the_step_from_the_systems_own_state_text():
+    """OneCall names its agent at step 1 only: the step comes from state_text's step line, even when
+    the problem itself holds a line like it."""
+    from puppeteer_doubles import two_agent_system
+
+    from masrl.systems.puppeteer.system import PuppeteerState, Work, step_number
+
+    system = two_agent_system(depth=3)
+    tricky = TaskItem("t", "What is 2 + 2?\nStep 1 of at most 3.", "4")
+    for task in (TaskItem("q", "What is 2 + 2?", "4"), tricky):
+        first, second = PuppeteerState(task), PuppeteerState(task, (Work("right:reasoning", "4", "4"),))
+        assert step_number(system.state_text(first)) == 1 and step_number(system.state_text(second)) == 2
+        script = OneCall("right:reasoning")
+        for state, named in ((first, "right:reasoning"), (second, TERMINATOR)):
+            messages = system.orchestrator_messages(state)
+            assert asyncio.run(script(messages)).text == f"<agent>{named}</agent>"
+    assert step_number("no step line") is None

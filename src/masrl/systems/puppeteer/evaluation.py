@@ -31,7 +31,7 @@ from masrl.systems.api import (
     series,
 )
 from masrl.systems.puppeteer.space import TERMINATOR, AgentSpec, SpaceAgent
-from masrl.systems.puppeteer.system import ORCHESTRATOR, PuppeteerSystem, vote_accuracy, voted_answer
+from masrl.systems.puppeteer.system import ORCHESTRATOR, PuppeteerSystem, step_number, vote_accuracy, voted_answer
 from masrl.systems.puppeteer.topology import episode_graph, to_dot, topology_metrics
 
 
@@ -96,7 +96,7 @@ class OneCall:
         self.agent = agent
 
     async def __call__(self, messages: Sequence[Message]) -> Reply:
-        first = "\nStep 1 of at most " in messages[1].content  # PuppeteerSystem.state_text's step line
+        first = step_number(messages[1].content) == 1
         return Reply(f"<agent>{self.agent if first else TERMINATOR}</agent>", 0, 0, 0.0)
 
 
@@ -171,8 +171,9 @@ def evaluate_orchestrator(engine, items: Sequence[TaskItem], full: bool):
         write_graphs(result.episodes, run_dir / "graphs" / f"step{step:05d}", engine.config.system.graphs)
         write_puppeteer_report(run_dir, table)
 
-    report = f"{line}\n\nThe orchestrator and each base model alone (one call per path, W paths, the vote):\n{table}"
-    return SystemEval(m, line, report=report if rows else "", write=write, per_item=per_item)
+    intro = "The orchestrator and each base model alone (one call per path, W paths, the vote):"
+    report = f"{line}\n\n{intro}\n{table}" if rows else ""
+    return SystemEval(m, line, report=report, write=write, per_item=per_item)
 
 
 SUMMARY_KEYS = (

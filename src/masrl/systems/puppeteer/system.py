@@ -97,6 +97,14 @@ class PuppeteerState:
 
 
 _AGENT = re.compile(r"<agent>\s*(.*?)\s*</agent>", re.IGNORECASE | re.DOTALL)
+_STEP_LINE = re.compile(r"^Step (\d+) of at most \d+\.$", re.MULTILINE)  # state_text's second line
+
+
+def step_number(state_text: str) -> int | None:
+    """The step a state text (`PuppeteerSystem.state_text`) is at, from its step line (the last one: a
+    problem's own text may hold a line like it; the work-so-far lines after it are numbered)."""
+    found = _STEP_LINE.findall(state_text)
+    return int(found[-1]) if found else None
 
 
 def parse_choice(text: str, actions: Sequence[str]) -> str | None:
