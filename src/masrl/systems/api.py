@@ -65,6 +65,7 @@ from masrl.types import (
     AgentError,  # what an agent raises when it has no usable reply (the episode's call is marked failed)
     Sample,  # one trainable call flattened for the update: what a Head's learner receives
 )
+from masrl.update import optimizer_step  # a Head learner's step: clipped, skipped or stopped on a non-finite gradient
 from masrl.config import Section  # a nested part of a system's section (typed, unknown keys refused)
 from masrl.components import MINILM  # the MiniLM sentence encoder's weights package, as a system's need
 from masrl.models import load_model  # a fresh copy of the model a name names (a head's encoder)
@@ -117,6 +118,7 @@ from masrl.tasks.calculator import (
     calculate,  # the expression a reply types into a calculator and its exact value, or None
     evaluate as exact_value,  # the exact value (a Fraction) of plain arithmetic, or None
 )
+from masrl.tasks.math import fraction  # the exact value of one plain number a model wrote, or None (bounded)
 from masrl.tasks.moves import final_segment  # the text after a reply's last marker (####)
 from masrl.tasks.search import (
     SearchTask,  # the multi-hop question-answering task over a corpus

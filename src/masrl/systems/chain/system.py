@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from masrl.systems.api import FINAL, Message, Reply, Step, Task, TaskItem, Transition, format_reward
-from masrl.tasks.math import fraction
+from masrl.systems.api import FINAL, Message, Reply, Step, Task, TaskItem, Transition, format_reward, fraction
 
 # A run of numbers joined by + and - ("4 - 1 - 7 + 7"); a leading minus belongs to the first number.
 _CHAIN = re.compile(r"-?\s*\d+(?:\.\d+)?(?:\s*[-+]\s*\d+(?:\.\d+)?)+")

@@ -15,7 +15,7 @@ normalised, 384-d) or `base` (the mean of the base LLM's last hidden states).
 -(1/N) sum_n w_n A_n log pi(a_n | S_n), with A from the engine's advantage
 estimator (`reinforce`: A = R; `reinforce_baseline`: A = R - batch mean), under the same rule as
 every learner for a gradient or weights that are not finite (`trainer.nonfinite`,
-masrl.update.optimizer_step).
+masrl.systems.api.optimizer_step).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from masrl.systems.api import CALL_ADDRESS, Message, Reply, Sample, address_seed, load_model, minilm_encoder
-from masrl.update import optimizer_step
+from masrl.systems.api import (
+    CALL_ADDRESS, Message, Reply, Sample, address_seed, load_model, minilm_encoder, optimizer_step,
+)
 
 Encoder = Callable[[list[str]], np.ndarray]  # texts -> [N, D] float
 
