@@ -84,3 +84,28 @@ def test_a_run_alone_is_set_against_itself_untrained(tmp_path, capsys):
     assert f"| trained minus untrained, paired | {paired_difference(after, before).format()} (" in out
     assert main(["compare", str(run), "--step", "4"]) == 0  # a step asked for: that evaluation alone
     assert "untrained" not in capsys.readouterr().out
+
+
+def test_one_run_sets_the_method_it_names_against_each_other(tmp_path, capsys):
+    """The budget controller evaluates itself under every mode beside each expert: `--method` picks the row
+    set against the others (here the medium mode against the expert within the medium budget), on 3 seeds."""
+    medium = [[1, 1, 1, 0, 0, 0, 1, 0], [1, 1, 0, 0, 0, 0, 1, 0], [1, 1, 1, 1, 0, 0, 1, 0]]
+    expert = [[1, 1, 1, 0, 0, 0, 1, 0], [1, 1, 1, 0, 0, 0, 1, 0], [1, 1, 1, 0, 0, 0, 1, 0]]
+    low = [[1, 0, 0, 0, 0, 0, 0, 0]] * 3
+    for k in range(3):
+        methods = [ItemScores(name, IDS, {"accuracy": tuple(c[k])})
+                   for name, c in (("controller: low", low), ("controller: medium", medium), ("single:sim-mid", expert))]
+        run = tmp_path / f"budget-seed{k}"
+        RunDir(run).write_eval(18, SystemEval({}, "", per_item=methods))
+        (run / "config.yaml").write_text(yaml.safe_dump({"run": {"seed": k}}))
+    assert main(["compare", str(tmp_path / "budget"), "--method", "controller: medium"]) == 0
+    out = capsys.readouterr().out
+    assert "| method | accuracy [95% CI] | controller: medium minus it [95% CI] |" in out
+    # rows of the same seed run pair by seed and by item: medium minus the expert is 0, -1/8, +1/8 by seed
+    assert f"| single:sim-mid | {two_level_mean(expert).format()} (seeds 0.500-0.500) | " \
+           f"{two_level_difference(medium, expert, paired_seeds=True).format()} |" in out  # fmt: skip
+    assert f"| controller: low | {two_level_mean(low).format()} (seeds 0.125-0.125) | " \
+           f"{two_level_difference(medium, low, paired_seeds=True).format()} |" in out  # fmt: skip
+    assert two_level_difference(medium, expert, paired_seeds=True).estimate == 0.0
+    assert main(["compare", str(tmp_path / "budget"), "--method", "controller: high"]) == 2
+    assert "no method 'controller: high' in the evaluation; its methods: ['controller: low'" in capsys.readouterr().err

@@ -17,6 +17,8 @@ table says which interval it uses (`interval_note`).
   first: the trained policy) against each other method on the same items;
   when the run also evaluated before training (step 0), the trained system
   against itself untrained on the same items (`before_after`).
+- `masrl compare RUN --method M`: the same table with M set against each other method (the budget
+  controller's `"controller: medium"` against the expert within that budget).
 - `masrl compare RUN_A RUN_B`: the two runs' methods side by side and the
   paired difference A - B of one method (default: each run's first).
 - `--step N` reads the evaluation after step N (`eval.every`) instead of the
@@ -153,11 +155,13 @@ def _seeds_cell(e: Evaluated, metric: str) -> str:
     return "" if len(means) < 2 else f" (seeds {min(means):.{d}f}-{max(means):.{d}f})"
 
 
-def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy", two_level: bool = True) -> str:
-    """Markdown: each method's metric with its interval, and the first method minus it (paired; a method
-    alone has nothing to be set against)."""
+def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy", two_level: bool = True,
+                     method: str | None = None) -> str:  # fmt: skip
+    """Markdown: each method's metric with its interval, and `method` (default: the first, the trained
+    policy) minus it (paired; a method alone has nothing to be set against). A system evaluated under
+    several settings (the budget controller's modes) sets each against its reference by naming it."""
     _metric_of(methods, metric)
-    first, d = methods[0], digits(metric)
+    first, d = _named(methods, method) if method else methods[0], digits(metric)
     if len(methods) == 1:
         lines = [f"| method | {metric} [95% CI] |", "|---|---|",
                  f"| {first.method} | {interval(first, metric, two_level).format(d)}{_seeds_cell(first, metric)} |"]
@@ -167,6 +171,13 @@ def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy", two
         diff = "" if m is first else difference(first, m, metric, two_level).format(d)
         lines.append(f"| {m.method} | {interval(m, metric, two_level).format(d)}{_seeds_cell(m, metric)} | {diff} |")
     return "\n".join([*lines, "", interval_note(methods, two_level)])
+
+
+def _named(methods: Sequence[Evaluated], method: str) -> Evaluated:
+    found = next((m for m in methods if m.method == method), None)
+    if found is None:
+        raise ValueError(f"no method {method!r} in the evaluation; its methods: {[m.method for m in methods]}")
+    return found
 
 
 def between_runs_text(a_name: str, a: Sequence[Evaluated], b_name: str, b: Sequence[Evaluated],
@@ -196,8 +207,8 @@ def compare_runs(paths: Sequence[Path], metric: str = "accuracy", method: str | 
         raise ValueError(f"give one --step for every run or one for all: {len(steps)} for {len(paths)} runs")
     at = list(steps) * len(paths) if len(steps) == 1 else list(steps) or [None] * len(paths)
     if len(paths) == 1:
-        table = within_run_table(load_evaluated(paths[0], at[0]), metric, two_level)
-        trained = since_untrained(paths[0], metric) if at[0] is None else None
+        table = within_run_table(load_evaluated(paths[0], at[0]), metric, two_level, method)
+        trained = since_untrained(paths[0], metric) if at[0] is None and method is None else None
         return table if trained is None else f"{table}\n\n{trained.table()}"
     if len(paths) == 2:
         a, b = (f"{p}" + (f" (step {s})" if s is not None else "") for p, s in zip(paths, at))

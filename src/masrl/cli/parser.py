@@ -68,7 +68,8 @@ def _result_commands(sub) -> None:
                    help="one run (its methods against each other, and trained against untrained when it was "
                         "evaluated before step 1) or two (A - B); a prefix of seed runs pools them")
     c.add_argument("--metric", default="accuracy", help="a per-item metric of the evaluation (default: accuracy)")
-    c.add_argument("--method", help="with two runs: the method to compare (default: each run's first)")
+    c.add_argument("--method", help="with one run: the method set against each other one; with two: the method "
+                   "to compare (default: each run's first)")
     c.add_argument("--step", type=int, action="append", default=[], metavar="N",
                    help="read the evaluation after step N (eval.every) instead of the final one; "
                         "give it twice for A's and B's steps")  # fmt: skip
