@@ -96,7 +96,8 @@ def test_it_binds_loopback_only_and_stops_when_the_last_episode_leaves():
         gateway = Gateway()
         async with gateway.serving():
             async with gateway.serving():  # nested users share one server
-                host, port = gateway._server.servers[0].sockets[0].getsockname()[:2]
+                server = gateway._served[id(asyncio.get_running_loop())].starting.result()[0]
+                host, port = server.servers[0].sockets[0].getsockname()[:2]
             assert gateway.port == port
         assert gateway.port is None
         with pytest.raises(httpx.ConnectError):
@@ -105,6 +106,66 @@ def test_it_binds_loopback_only_and_stops_when_the_last_episode_leaves():
         return host
 
     assert asyncio.run(go()) == "127.0.0.1"
+
+
+def test_episodes_that_enter_together_share_one_server_and_it_stops():
+    """The episodes of a step enter at once; the ones that come while the first one's server is starting
+    wait for it. (They each started a server, and all but the last were never stopped: their listening
+    sockets stayed open until the loop closed, one per step.)"""
+
+    async def episode(gateway, ports):
+        async with gateway.serving():
+            ports.append(gateway.port)
+            await asyncio.sleep(0.05)
+
+    async def go():
+        gateway, ports = Gateway(), []
+        await asyncio.gather(*(episode(gateway, ports) for _ in range(4)))
+        assert len(ports) == 4 and len(set(ports)) == 1
+        assert gateway.port is None
+        with pytest.raises(httpx.ConnectError):  # stopped: nothing listens there any more
+            async with httpx.AsyncClient() as http:
+                await http.get(f"http://127.0.0.1:{ports[0]}/health")
+
+    asyncio.run(go())
+
+
+def test_each_event_loop_has_its_own_server():
+    """A rollout sampled ahead runs episodes on its own thread's loop while an evaluation runs on the main
+    one: one loop's last episode leaving must not stop the server the other loop's programs are calling."""
+    import threading
+
+    gateway, seen = Gateway(), {}
+    inside, entered, left = threading.Event(), threading.Event(), threading.Event()
+
+    async def ahead():  # enters first, leaves first, and its loop ends
+        async with gateway.serving():
+            seen["ahead"] = gateway.port
+            inside.set()
+            await asyncio.to_thread(entered.wait, 10)
+
+    async def main_loop():
+        await asyncio.to_thread(inside.wait, 10)
+        async with gateway.serving():
+            seen["main"] = gateway.port
+            session = gateway.open(echo_agents(), [])
+            entered.set()
+            await asyncio.to_thread(left.wait, 10)  # the other loop has ended
+            async with httpx.AsyncClient() as http:
+                reply = await http.post(gateway.url(session) + "/chat/completions", json=chat("hi"),
+                                        headers={"Authorization": f"Bearer {session.key}"})  # fmt: skip
+            seen["reply"] = reply.json()["choices"][0]["message"]["content"]
+
+    def thread():
+        asyncio.run(ahead())
+        left.set()
+
+    t = threading.Thread(target=thread)
+    t.start()
+    asyncio.run(main_loop())
+    t.join()
+    assert seen["ahead"] != seen["main"] and seen["reply"] == "heard: hi"
+    assert gateway.port is None and gateway._served == {}
 
 
 def test_an_unknown_model_gets_404_naming_the_models_and_fails_the_episode():

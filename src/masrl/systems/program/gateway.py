@@ -129,10 +129,16 @@ class Gateway:
         settings = ServerSettings(host="127.0.0.1", port=0, max_body_bytes=8 << 20, max_concurrency=max_concurrency,
                                   authorise=self._authorise)  # fmt: skip
         self._app = create_app(self, settings, title="masrl training gateway", routers=[self._router()])
-        self._server = None
-        self._task: asyncio.Task | None = None
-        self._users = 0
-        self.port: int | None = None
+        self._served: dict[int, Served] = {}  # id(event loop) -> that loop's server
+
+    @property
+    def port(self) -> int | None:
+        """The port of the running event loop's server (None outside `serving()`)."""
+        try:
+            served = self._served.get(id(asyncio.get_running_loop()))
+        except RuntimeError:  # no event loop here: nothing is served to this thread
+            return None
+        return served.port if served is not None else None
 
     # ---------------------------------------------------------------- sessions
     def open(self, agents: Mapping[str, Agent], trained: Sequence[str], replay: Sequence[Recorded] = (),
@@ -238,29 +244,54 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def serving(self):
-        """Serve on 127.0.0.1 (a free port) while any episode of this event loop is inside."""
-        if self._users == 0:
-
-            class Quiet(uvicorn.Server):  # Ctrl-C belongs to the training loop, not to this server
-                def capture_signals(self):
-                    return contextlib.nullcontext()
-
-            server = Quiet(uvicorn.Config(self, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
-                                          access_log=False))  # fmt: skip
-            task = asyncio.get_running_loop().create_task(server.serve())
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the training gateway did not start")
-                await asyncio.sleep(0.005)
-            self._server, self._task = server, task
-            self.port = server.servers[0].sockets[0].getsockname()[1]
-        self._users += 1
+        """Serve on 127.0.0.1 (a free port) while any episode of this event loop is inside. The episodes of
+        one loop share one server: the first one in starts it, the others wait for that start (they enter
+        while it is starting), the last one out stops it. Each loop has its own, since a rollout sampled
+        ahead (masrl.rollout.ahead) runs its episodes on another thread's loop beside an evaluation."""
+        loop = asyncio.get_running_loop()
+        served = self._served.get(id(loop))
+        if served is None:
+            served = self._served[id(loop)] = Served(loop.create_task(self._start()))
+        served.users += 1
         try:
+            served.port = (await asyncio.shield(served.starting))[2]  # an episode cancelled here leaves the start be
             yield self
         finally:
-            self._users -= 1
-            if self._users == 0:
-                self._server.should_exit = True
-                await self._task
-                self._server = self._task = self.port = None
+            served.users -= 1
+            if served.users == 0:
+                del self._served[id(loop)]
+                await _stop(served)
+
+    async def _start(self) -> tuple[uvicorn.Server, asyncio.Task, int]:
+        class Quiet(uvicorn.Server):  # Ctrl-C belongs to the training loop, not to this server
+            def capture_signals(self):
+                return contextlib.nullcontext()
+
+        server = Quiet(uvicorn.Config(self, host="127.0.0.1", port=0, log_level="warning", lifespan="off",
+                                      access_log=False))  # fmt: skip
+        task = asyncio.get_running_loop().create_task(server.serve())
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the training gateway did not start")
+            await asyncio.sleep(0.005)
+        return server, task, server.servers[0].sockets[0].getsockname()[1]
+
+
+@dataclass
+class Served:
+    """One event loop's gateway server and the episodes inside it."""
+
+    starting: asyncio.Task  # the start (server, its `serve()` task, port), which every episode that enters awaits
+    users: int = 0
+    port: int | None = None
+
+
+async def _stop(served: Served) -> None:
+    """Stop a loop's server once its start is over (a start that failed has told its episodes)."""
+    await asyncio.wait([served.starting])
+    if served.starting.cancelled() or served.starting.exception() is not None:
+        return
+    server, task, _ = served.starting.result()
+    server.should_exit = True
+    await task
