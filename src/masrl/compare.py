@@ -173,8 +173,12 @@ def within_run_table(methods: Sequence[Evaluated], metric: str = "accuracy", two
     return "\n".join([*lines, "", interval_note(methods, two_level)])
 
 
+def _find(methods: Sequence[Evaluated], method: str) -> Evaluated | None:
+    return next((m for m in methods if m.method == method), None)
+
+
 def _named(methods: Sequence[Evaluated], method: str) -> Evaluated:
-    found = next((m for m in methods if m.method == method), None)
+    found = _find(methods, method)
     if found is None:
         raise ValueError(f"no method {method!r} in the evaluation; its methods: {[m.method for m in methods]}")
     return found
@@ -189,7 +193,7 @@ def between_runs_text(a_name: str, a: Sequence[Evaluated], b_name: str, b: Seque
         for m in methods:
             cell = f"{interval(m, metric, two_level).format(digits(metric))}{_seeds_cell(m, metric)}"
             lines.append(f"| {name} | {m.method} | {cell} | {len(m.ids)} |")
-    pick = (lambda ms: next((m for m in ms if m.method == method), None)) if method else (lambda ms: ms[0])
+    pick = (lambda ms: _find(ms, method)) if method else (lambda ms: ms[0])
     ma, mb = pick(a), pick(b)
     if ma is None or mb is None:
         raise ValueError(f"method {method!r} is not in both runs: {[m.method for m in a]} / {[m.method for m in b]}")

@@ -4,6 +4,7 @@ token ids and log-probs the way vLLM and OpenAI send them, streaming, replay, 12
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import pytest
@@ -133,8 +134,6 @@ def test_episodes_that_enter_together_share_one_server_and_it_stops():
 def test_each_event_loop_has_its_own_server():
     """A rollout sampled ahead runs episodes on its own thread's loop while an evaluation runs on the main
     one: one loop's last episode leaving must not stop the server the other loop's programs are calling."""
-    import threading
-
     gateway, seen = Gateway(), {}
     inside, entered, left = threading.Event(), threading.Event(), threading.Event()
 
