@@ -14,11 +14,14 @@ Grading is two functions used by every math-like task:
 - `math_equal(gold, answer)`: exact string, then exact rational equality
   ("7" == "7.0" == "14/2", "1,000" == "1000", "−4" == "-4"), then math_verify's
   symbolic comparison (Kydlíček et al., huggingface/Math-Verify), which never
-  raises into the caller and never touches signals outside the main thread.
+  raises into the caller. Against a gold that is not a plain number it runs in a
+  child process with a deadline (masrl.tasks.symbolic), since sympy can compute
+  for ever on what a reply writes.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import re
 import threading
@@ -28,6 +31,7 @@ from typing import Any
 
 from masrl.config import ConfigError
 from masrl.tasks.base import SPLITS, check_split, held_out
+from masrl.tasks.symbolic import PARSE_TIMEOUT_S, SymbolicVerifier, compare
 from masrl.types import TaskItem
 
 LEVELS = ("easy", "medium", "hard")
@@ -60,8 +64,7 @@ DIFFICULTY: dict[str, dict[str, dict[str, Any]]] = {
 # A question space of a handful of questions may hash wholly into one split,
 # leaving the other nothing to draw: give up after this many empty chunks.
 MAX_EMPTY_CHUNKS = 20
-# math_verify runs without a timeout off the main thread (see _verify); bound
-# its input instead so a pathological answer cannot stall a worker for long.
+# Replies longer than this are not compared: no answer to a task is this long.
 MAX_VERIFY_CHARS = 512
 # Fraction("1e99999999") builds 10^99999999 exactly: minutes of CPU holding the GIL, so one sampled
 # answer would stall every episode of the process. No task's value is near 10^1000, so text with a
@@ -311,11 +314,13 @@ def math_equal(gold: str, answer: str) -> bool:
     if len(answer) > MAX_VERIFY_CHARS:
         return False
     gold_value = _rational(gold)
-    if gold_value is None:
-        return _verify(gold, answer)
+    if gold_value is None:  # sympy evaluates whatever the reply writes: a child process with a deadline
+        return _symbolic(gold, answer)
     # A number is answered by one number. math_verify alone would also accept "3 or 7",
     # "{3, 7}", "3 7", "\\pm 7" and the question's own "3 + 4" for a gold 7 (it matches any
     # candidate it parses, and evaluates expressions): hedges and restated givens.
+    # Both sides are then one plain number, its exponent bounded (`_single_number`): math_verify
+    # compares them in milliseconds, so they stay in this process.
     number = _single_number(answer)
     if number is None:
         return False
@@ -361,22 +366,12 @@ def fraction(text: str) -> Fraction | None:
         return None
 
 
+_symbolic = SymbolicVerifier()
+atexit.register(_symbolic.close)
+
+
 def _verify(gold: str, answer: str) -> bool:
-    """math_verify's symbolic comparison, never raising.
-
-    math_verify times itself out with signal.alarm, which only works on the main
-    thread: with a timeout anywhere else it raises ValueError even with
-    raise_on_error=False. So workers run it with the timeout off (None) and
-    rely on MAX_VERIFY_CHARS to keep the input small.
-    """
-    # lazy: like reasoning_gym; sympy and the LaTeX parser take ~0.5 s.
-    from math_verify import parse, verify
-    from math_verify.errors import TimeoutException  # lazy: as above
-
-    limit = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        return bool(
-            verify(parse(gold, parsing_timeout=limit), parse(answer, parsing_timeout=limit), timeout_seconds=limit)
-        )
-    except (Exception, TimeoutException):  # TimeoutException derives from BaseException
-        return False
+    """math_verify's comparison in this process, never raising: only for inputs known to be small
+    (two plain numbers). Anything else goes to `_symbolic`, the child process with a deadline."""
+    on_main = threading.current_thread() is threading.main_thread()
+    return compare(gold, answer, timeout_s=PARSE_TIMEOUT_S if on_main else None)

@@ -1,0 +1,163 @@
+"""math_verify in a child process with a deadline: a reply can make sympy compute for ever.
+
+Against a gold that is not a plain number (a user's JSONL data: `2^{10}`, `\\sqrt{2}`), a reply
+goes to math_verify whole, and sympy evaluates what it parses: `9^9^9^9` against `2^{10}` runs
+inside one big-integer power that holds the GIL, so neither math_verify's own timeout (a
+signal.alarm, which Python only handles between bytecodes, and only on the main thread) nor any
+other thread of the process ever runs again. One sampled answer froze a whole run.
+
+So the comparison runs in a child process (`SymbolicVerifier`): the caller waits for its reply at
+most `deadline_s` seconds, then kills it and counts the answer wrong; the next call starts a fresh
+child. The child also limits its own memory and CPU time, so it ends by itself if its parent died
+while it was stuck.
+
+The child is this file run as a script (`python -P symbolic.py`: it imports only the standard
+library and math_verify; `-P` keeps masrl/tasks, whose math.py would hide the standard library's,
+off its path). One JSON line `[gold, answer]` in, one line `1` or `0` out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import subprocess
+import sys
+import threading
+
+# math_verify's own per-parse and per-comparison timeouts, kept in the child (where it runs on the
+# main thread, so its signal.alarm works for whatever returns to Python in time).
+PARSE_TIMEOUT_S = 5
+# How long the caller waits for one comparison before killing the child: two parses and one
+# comparison at math_verify's timeouts, with room for a loaded machine.
+DEADLINE_S = 20.0
+# How long the caller waits for a new child to import sympy and math_verify (about 0.6 s quiet).
+START_DEADLINE_S = 120.0
+# The child's address space: far above sympy's needs, far below a machine's, so an answer that
+# builds an enormous number fails with MemoryError in the child instead.
+MEMORY_BYTES = 2 << 30
+# CPU seconds the child may spend on one request before the kernel ends it (SIGXCPU), should the
+# caller be gone and no one there to kill it.
+REQUEST_CPU_S = 60
+
+
+class SymbolicVerifier:
+    """`verifier(gold, answer)`: math_verify's verdict from a child process, False past the deadline.
+
+    Thread-safe (one request at a time). A process that forks gets its own child on its first call,
+    since the parent's pipes are not its to use."""
+
+    def __init__(self, deadline_s: float = DEADLINE_S) -> None:
+        self.deadline_s = deadline_s
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen | None = None
+        self._owner = 0  # the pid that started the child
+
+    def __call__(self, gold: str, answer: str) -> bool:
+        request = (json.dumps([gold, answer]) + "\n").encode()
+        with self._lock:
+            child = self._running()
+            try:
+                child.stdin.write(request)
+                child.stdin.flush()
+                reply = _read_line(child, self.deadline_s)
+            except OSError:  # the child ended (killed, or past its CPU limit) before reading it
+                reply = None
+            if reply is None:  # past the deadline, or dead: the next call starts another
+                self._stop()
+                return False
+            return reply == b"1"
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _running(self) -> subprocess.Popen:
+        if self._child is not None and self._owner == os.getpid() and self._child.poll() is None:
+            return self._child
+        self._stop()  # a dead child's pipes (a forked copy of this object leaves its parent's child be)
+        child = subprocess.Popen(
+            [sys.executable, "-P", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        )
+        if _read_line(child, START_DEADLINE_S) != b"ready":
+            _end(child)
+            raise RuntimeError(
+                f"the math_verify worker ({sys.executable} {__file__}) did not start within "
+                f"{START_DEADLINE_S:.0f} s: its error, if any, is above"
+            )
+        self._child, self._owner = child, os.getpid()
+        return child
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is not None and self._owner == os.getpid():
+            _end(child)
+
+
+def _end(child: subprocess.Popen) -> None:
+    child.kill()
+    child.wait()
+    child.stdin.close()
+    child.stdout.close()
+
+
+def _read_line(child: subprocess.Popen, deadline_s: float) -> bytes | None:
+    """The child's next line without its newline, or None when none came within `deadline_s` or the
+    child ended. The child writes one short line per request, so reading a byte at a time from the
+    unbuffered pipe is cheap and never reads past it."""
+    line = bytearray()
+    while True:
+        ready, _, _ = select.select([child.stdout], [], [], deadline_s)
+        if not ready:
+            return None
+        byte = child.stdout.read(1)
+        if not byte:
+            return None
+        if byte == b"\n":
+            return bytes(line)
+        line += byte
+
+
+def compare(gold: str, answer: str, timeout_s: int | None = PARSE_TIMEOUT_S) -> bool:
+    """math_verify's verdict, False for anything it raises or times out on.
+
+    math_verify times itself out with signal.alarm, which only works on the main thread: with a
+    timeout anywhere else it raises ValueError even with raise_on_error=False, so a caller on
+    another thread passes `timeout_s=None`."""
+    # lazy: sympy and the LaTeX parser take ~0.5 s to import
+    from math_verify import parse, verify
+    from math_verify.errors import TimeoutException  # a BaseException
+
+    try:
+        parsed = parse(gold, parsing_timeout=timeout_s), parse(answer, parsing_timeout=timeout_s)
+        return bool(verify(*parsed, timeout_seconds=timeout_s))
+    except (Exception, TimeoutException):  # MemoryError too: the child's address space is capped
+        return False
+
+
+def _cap(limit: int, value: int) -> None:
+    """Set `limit`'s soft value to `value`, within its hard value."""
+    hard = resource.getrlimit(limit)[1]
+    resource.setrlimit(limit, (value if hard == resource.RLIM_INFINITY else min(value, hard), hard))
+
+
+def serve() -> None:
+    """The child: answer `[gold, answer]` lines on stdin until it closes."""
+    _cap(resource.RLIMIT_AS, MEMORY_BYTES)
+    out = sys.stdout.buffer  # the replies; anything a library prints goes to stderr instead
+    sys.stdout = sys.stderr
+    import math_verify  # noqa: F401  (imported before "ready": the caller's start deadline covers it)
+
+    out.write(b"ready\n")
+    out.flush()
+    for line in sys.stdin.buffer:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        _cap(resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime) + REQUEST_CPU_S)
+        gold, answer = json.loads(line)
+        out.write(b"1\n" if compare(gold, answer) else b"0\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve()
