@@ -55,6 +55,10 @@ elif mode == "atexit":
     atexit.register(answer, "at exit")
 elif mode == "nojson":
     print("the answer is 4")
+elif mode == "interrupt":  # Ctrl-C, as the default handler sees it
+    answer("4")
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
 elif mode == "flood":
     sys.stdout.write("x" * (1 << 22))
 elif mode == "hang":

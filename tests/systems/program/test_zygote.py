@@ -65,6 +65,7 @@ def seen(outcome: Outcome) -> tuple:
     ("atexit", ("at exit", None, None, {})),
     ("nojson", (None, None, "no_json: last line is not JSON: 'the answer is 4'", {})),
     ("flood", (None, None, "flood: more than 4096 bytes on stdout (killed)", {})),
+    ("interrupt", None),  # ended by its own SIGINT after the traceback: checked below
 ])  # fmt: skip
 def test_a_forked_run_ends_as_a_fresh_interpreter_does(mode, expected, zygote):
     fresh, forked = run(mode, None), run(mode, zygote)
@@ -75,6 +76,9 @@ def test_a_forked_run_ends_as_a_fresh_interpreter_does(mode, expected, zygote):
         assert forked.fault.startswith('crash: exit code 1: Traceback (most recent call last):\n  File "'
                                        f'{PROGRAMS / "launched.py"}", line'), forked.fault  # fmt: skip
         assert forked.fault.endswith("ValueError: boom: the program fell over")
+    if mode == "interrupt":  # as asyncio reports a process a signal ended: -2
+        assert forked.fault.startswith("crash: exit code -2: Traceback"), forked.fault
+        assert forked.fault.endswith("KeyboardInterrupt")
 
 
 @pytest.mark.parametrize("script, says", [

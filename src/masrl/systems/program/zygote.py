@@ -9,8 +9,8 @@ child per run. The child does what a fresh interpreter would do for
 run's cwd, environment (os.environ replaced), sys.argv and sys.path[0], the script run as `__main__`
 with stdin, stdout and stderr on the runner's pipes, then the interpreter's exit: threads joined,
 atexit handlers run, stdout flushed, exit code 0, 1 with the traceback on stderr for an uncaught
-exception, or SystemExit's code. What it cannot give is a fresh interpreter's state: the prewarmed
-modules were imported once, in the zygote's cwd and environment (the system's, which differs from a
+exception (its own SIGINT for a KeyboardInterrupt), or SystemExit's code. What it cannot give is a
+fresh interpreter's state: the prewarmed modules were imported once, in the zygote's cwd and environment (the system's, which differs from a
 run's only in its OPENAI_* keys), and every run shares one string hash seed (as under PYTHONHASHSEED).
 `random` reseeds itself in a forked child; a module with a generator of its own would not, which is
 why the script's own imports are not prewarmed (nor could a module that starts a thread be forked).
@@ -307,7 +307,9 @@ def run_main(script: str) -> int:
             tb = tb.tb_next
         tb = tb or exc.__traceback__
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # the hook prints the exception's own traceback
-        return 1
+        # An uncaught KeyboardInterrupt ends the interpreter by its own SIGINT, so that whoever waits
+        # sees a process Ctrl-C ended (CPython's exit_sigint, bpo-1054041).
+        return INTERRUPTED if isinstance(exc, KeyboardInterrupt) else 1
     return 0
 
 
@@ -320,8 +322,12 @@ def exit_code(exc: SystemExit) -> int:
     return 1
 
 
+INTERRUPTED = -signal.SIGINT  # run_main's code for an uncaught KeyboardInterrupt
+
+
 def finish(code: int) -> None:
-    """The interpreter's exit: wait for non-daemon threads, run atexit handlers, flush, exit."""
+    """The interpreter's exit: wait for non-daemon threads, run atexit handlers, flush, exit (by SIGINT
+    for `INTERRUPTED`, as the interpreter does, with 130 should the signal not end it)."""
     if "threading" in sys.modules:
         sys.modules["threading"]._shutdown()  # what Py_FinalizeEx calls first
     atexit._run_exitfuncs()
@@ -333,6 +339,10 @@ def finish(code: int) -> None:
         sys.stderr.flush()
     except OSError:
         pass
+    if code == INTERRUPTED:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 128 + signal.SIGINT
     os._exit(code & 0xFF)
 
 
