@@ -13,6 +13,11 @@ Method
   oneDNN reach (the faster of the two).
 - The step's matmul seconds are the sums over a step's calls; their FLOP rate
   against the limit says how much a faster float32 kernel could still gain.
+- Timed shape by shape, a weight stays in the CPU's cache from one repetition
+  to the next. A decoding step reads each of its 121 weights (540 MB) once,
+  from memory: "in sequence" runs a whole step's matmuls in decoding's order
+  over 30 layers of their own weights, lean and F.linear, and "memory" is the
+  time to read every weight once (a sum over them), the floor at one row.
 
     python bench/decode_matmuls.py                 # this CPU's kernels, 1 thread
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/decode_matmuls.py   # AVX2 kernels
@@ -81,19 +86,54 @@ def main() -> None:
         rows.append([name, f"{k}x{m}", str(calls), *(f"{secs[s] * 1e3:.3f} ({f / secs[s] / 1e9:.0f})" for s in step)])
     step_flops = sum(2 * args.rows * k * m * calls for _, k, m, calls in SHAPES)
     rate = {s: step_flops / step[s] / 1e9 for s in step}
+    seq, memory = in_sequence(args.rows, args.seconds)
+    seq_rate = {s: step_flops / seq[s] / 1e9 for s in seq}
     unit = "CPU seconds" if args.threads == 1 else "wall seconds"
     print(f"\nSmolLM2-135M decoding matmuls at {args.rows} rows, float32, {args.threads} thread(s), {unit}")
     print(table(rows, ["matmul", "in x out", "calls", "lean ms (GFLOP/s)", "F.linear ms (GFLOP/s)"]))
-    print(f"a step's matmuls: lean {step['lean'] * 1e3:.1f} ms ({rate['lean']:.0f} GFLOP/s), F.linear "
+    print(f"a step's matmuls, shape by shape: lean {step['lean'] * 1e3:.1f} ms ({rate['lean']:.0f} GFLOP/s), F.linear "
           f"{step['hf'] * 1e3:.1f} ms ({rate['hf']:.0f} GFLOP/s); the limit ({n}^3 GEMM) {limit / 1e9:.0f} GFLOP/s: "
           f"lean at {rate['lean'] / (limit / 1e9):.0%} of it")  # fmt: skip
+    print(f"in sequence, each weight read once as decoding reads it: lean {seq['lean'] * 1e3:.1f} ms "
+          f"({seq_rate['lean']:.0f} GFLOP/s, {seq_rate['lean'] / (limit / 1e9):.0%} of the limit), F.linear "
+          f"{seq['hf'] * 1e3:.1f} ms; reading every weight once {memory * 1e3:.1f} ms "
+          f"({WEIGHT_BYTES / memory / 1e9:.1f} GB/s)")  # fmt: skip
     ran = kernels()
     print(kernels_line(ran))
     emit_json("decode_matmuls", {
         "rows": args.rows, "threads": args.threads, "lean_step_ms": round(step["lean"] * 1e3, 2),
         "hf_step_ms": round(step["hf"] * 1e3, 2), "lean_gflops": round(rate["lean"], 1), "hf_gflops": round(rate["hf"], 1),
-        "limit_gflops": round(limit / 1e9, 1), "kernels": ran, "disturbed_by": busy,
+        "limit_gflops": round(limit / 1e9, 1), "lean_sequence_ms": round(seq["lean"] * 1e3, 2),
+        "hf_sequence_ms": round(seq["hf"] * 1e3, 2), "memory_read_ms": round(memory * 1e3, 2), "kernels": ran,
+        "disturbed_by": busy,
     })  # fmt: skip
+
+
+WEIGHT_BYTES = 4 * sum(k * m * calls for _, k, m, calls in SHAPES)  # float32: 540 MB
+
+
+def in_sequence(rows: int, budget: float) -> tuple[dict[str, float], float]:
+    """Seconds of a whole step's matmuls in decoding's order, each of 30 layers with weights of its own
+    (lean and F.linear), and of reading every weight once: the first two as a step meets its weights
+    (from memory, not from the cache a repeated shape leaves them in), the third the floor of any kernel."""
+    layers = [[torch.randn(m, k) for _, k, m, _ in SHAPES[:-1]] for _ in range(LAYERS)]
+    head = torch.randn(SHAPES[-1][2], SHAPES[-1][1])
+    packed = [[Matmul(w) for w in ws] for ws in layers], Matmul(head)
+    x = {576: torch.randn(rows, 576), 1536: torch.randn(rows, 1536)}
+
+    def run(products: list[list[Callable]], last: Callable) -> Callable[[], None]:
+        def step() -> None:
+            for layer in products:
+                for product, (_, k, _, _) in zip(layer, SHAPES):
+                    product(x[k])
+            last(x[576])
+
+        return step
+
+    plain = [[lambda v, w=w: F.linear(v, w) for w in ws] for ws in layers], lambda v: F.linear(v, head)
+    seq = {"lean": seconds(run(*packed), budget), "hf": seconds(run(*plain), budget)}
+    weights = [w for ws in layers for w in ws] + [head]
+    return seq, seconds(lambda: [w.sum() for w in weights], budget)
 
 
 if __name__ == "__main__":
