@@ -4,6 +4,8 @@ compute for ever earns, and that the run's process goes on meanwhile."""
 from __future__ import annotations
 
 import os
+import select
+import signal
 import sys
 import threading
 
@@ -68,11 +70,18 @@ def test_a_child_that_died_is_replaced_before_the_next_request(verifier):
 
 
 def test_a_fork_starts_its_own_child_and_leaves_the_parents_alone(verifier):
+    """Forked while another thread waits on the parent's child (holding the lock): the fork's first
+    comparison starts its own child and answers; the parent's child and its request go on."""
     assert verifier(GOLD, "1024") is True
     parents = verifier._child
+    waiting: list[bool] = []
+    busy = threading.Thread(target=lambda: waiting.append(verifier("2^{10}", FOREVER)))
+    busy.start()
+    while not verifier._lock.locked():
+        busy.join(0.01)
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the forked process: its first comparison starts its own child
+    if pid == 0:  # the forked process
         try:
             ok = verifier(GOLD, "1024") and verifier._child.pid != parents.pid
             os.write(write, b"1" if ok else b"0")
@@ -80,10 +89,14 @@ def test_a_fork_starts_its_own_child_and_leaves_the_parents_alone(verifier):
         finally:
             os._exit(0)
     os.close(write)
-    assert os.read(read, 1) == b"1"
+    answered, _, _ = select.select([read], [], [], 60)
+    if not answered:
+        os.kill(pid, signal.SIGKILL)
+    assert answered and os.read(read, 1) == b"1"
     os.close(read)
     os.waitpid(pid, 0)
-    assert verifier._child is parents and parents.poll() is None  # untouched by the fork's close
+    busy.join()
+    assert waiting == [False]  # the parent's request reached its deadline as before
     assert verifier(GOLD, "1023") is False and verifier(GOLD, "1024") is True
 
 

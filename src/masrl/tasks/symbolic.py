@@ -25,6 +25,7 @@ import select
 import subprocess
 import sys
 import threading
+import weakref
 
 # math_verify's own per-parse and per-comparison timeouts, kept in the child (where it runs on the
 # main thread, so its signal.alarm works for whatever returns to Python in time).
@@ -45,14 +46,16 @@ REQUEST_CPU_S = 60
 class SymbolicVerifier:
     """`verifier(gold, answer)`: math_verify's verdict from a child process, False past the deadline.
 
-    Thread-safe (one request at a time). A process that forks gets its own child on its first call,
-    since the parent's pipes are not its to use."""
+    Thread-safe (one request at a time). A forked copy starts with no child and a free lock: the
+    parent's child and pipes are not its to use, and a lock another thread held at the fork would
+    never be released in it."""
 
     def __init__(self, deadline_s: float = DEADLINE_S) -> None:
         self.deadline_s = deadline_s
         self._lock = threading.Lock()
         self._child: subprocess.Popen | None = None
-        self._owner = 0  # the pid that started the child
+        forked = weakref.WeakMethod(self._forked)
+        os.register_at_fork(after_in_child=lambda: (method := forked()) is not None and method())
 
     def __call__(self, gold: str, answer: str) -> bool:
         request = (json.dumps([gold, answer]) + "\n").encode()
@@ -73,10 +76,17 @@ class SymbolicVerifier:
         with self._lock:
             self._stop()
 
+    def _forked(self) -> None:
+        self._lock = threading.Lock()
+        child, self._child = self._child, None
+        if child is not None:  # this process's copies of the pipes' ends (the parent keeps its own)
+            child.stdin.close()
+            child.stdout.close()
+
     def _running(self) -> subprocess.Popen:
-        if self._child is not None and self._owner == os.getpid() and self._child.poll() is None:
+        if self._child is not None and self._child.poll() is None:
             return self._child
-        self._stop()  # a dead child's pipes (a forked copy of this object leaves its parent's child be)
+        self._stop()  # a dead child's pipes
         child = subprocess.Popen(
             [sys.executable, "-P", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
         )
@@ -86,12 +96,12 @@ class SymbolicVerifier:
                 f"the math_verify worker ({sys.executable} {__file__}) did not start within "
                 f"{START_DEADLINE_S:.0f} s: its error, if any, is above"
             )
-        self._child, self._owner = child, os.getpid()
+        self._child = child
         return child
 
     def _stop(self) -> None:
         child, self._child = self._child, None
-        if child is not None and self._owner == os.getpid():
+        if child is not None:
             _end(child)
 
 
