@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from masrl.tasks.symbolic import WORKER
+
 _WORDS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
     "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifty": 50, "hundred": 100,
@@ -79,13 +81,24 @@ def grade_summary(reference: str, question: str, summary: str) -> bool | None:
         verdict = _grade_numbers(values, text, normalize(question))
         value = next(iter(values))
         if verdict is False and len(values) == 1 and isinstance(value, Fraction):  # stated as "2^997"
-            import sympy  # lazy: sympy takes about a second to import
-
-            return _grade_expression([sympy.Rational(value.numerator, value.denominator)], text) or False
+            return WORKER("champ_expression", reference, text, default=False) or False
         return verdict
-    if kind == "expr":
-        return _grade_expression(values, text)
+    if kind == "expr":  # sympy evaluates the summary's expression: in a child process with a deadline
+        return WORKER("champ_expression", reference, text, default=False)
     return None
+
+
+def expression_verdict(reference: str, text: str) -> bool | None:
+    """The expression rule on a normalized summary: the reference's expressions, or its one number as
+    one, against the expression the summary states. Run by the symbolic worker (masrl.tasks.symbolic),
+    whose deadline stops what the exponent bounds below do not (they bound each power, not a tower
+    of them)."""
+    import sympy  # lazy: sympy takes about a second to import
+
+    kind, values = reference_kind(reference)
+    if kind == "numbers":
+        values = [sympy.Rational(v.numerator, v.denominator) for v in values]
+    return _grade_expression(values, text)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -21,7 +21,6 @@ Grading is two functions used by every math-like task:
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import re
 import threading
@@ -31,7 +30,7 @@ from typing import Any
 
 from masrl.config import ConfigError
 from masrl.tasks.base import SPLITS, check_split, held_out
-from masrl.tasks.symbolic import PARSE_TIMEOUT_S, SymbolicVerifier, compare
+from masrl.tasks.symbolic import PARSE_TIMEOUT_S, WORKER, compare
 from masrl.types import TaskItem
 
 LEVELS = ("easy", "medium", "hard")
@@ -315,7 +314,7 @@ def math_equal(gold: str, answer: str) -> bool:
         return False
     gold_value = _rational(gold)
     if gold_value is None:  # sympy evaluates whatever the reply writes: a child process with a deadline
-        return _symbolic(gold, answer)
+        return WORKER("math_verify", gold, answer, default=False)
     # A number is answered by one number. math_verify alone would also accept "3 or 7",
     # "{3, 7}", "3 7", "\\pm 7" and the question's own "3 + 4" for a gold 7 (it matches any
     # candidate it parses, and evaluates expressions): hedges and restated givens.
@@ -366,12 +365,8 @@ def fraction(text: str) -> Fraction | None:
         return None
 
 
-_symbolic = SymbolicVerifier()
-atexit.register(_symbolic.close)
-
-
 def _verify(gold: str, answer: str) -> bool:
     """math_verify's comparison in this process, never raising: only for inputs known to be small
-    (two plain numbers). Anything else goes to `_symbolic`, the child process with a deadline."""
+    (two plain numbers). Anything else goes to `WORKER`, the child process with a deadline."""
     on_main = threading.current_thread() is threading.main_thread()
     return compare(gold, answer, timeout_s=PARSE_TIMEOUT_S if on_main else None)

@@ -1,23 +1,30 @@
-"""math_verify in a child process with a deadline: a reply can make sympy compute for ever.
+"""Symbolic grading in a child process with a deadline: a reply can make sympy compute for ever.
 
-Against a gold that is not a plain number (a user's JSONL data: `2^{10}`, `\\sqrt{2}`), a reply
-goes to math_verify whole, and sympy evaluates what it parses: `9^9^9^9` against `2^{10}` runs
-inside one big-integer power that holds the GIL, so neither math_verify's own timeout (a
-signal.alarm, which Python only handles between bytecodes, and only on the main thread) nor any
-other thread of the process ever runs again. One sampled answer froze a whole run.
+Two graders hand text a model wrote to sympy. Against a gold that is not a plain number (a user's
+JSONL data: `2^{10}`, `$\\sqrt{2}$`) math_equal passes the reply to math_verify whole, and sympy
+evaluates what it parses: `9^9^9^9` against `2^{10}` runs inside one big-integer power that holds
+the GIL, so neither math_verify's own timeout (a signal.alarm, which Python only handles between
+bytecodes, and only on the main thread) nor any other thread of the process ever runs again. CHAMP's
+rule grader parses a summary's expression with sympy and bounds each power's exponent before it
+evaluates, but bounds do not compose: `((9999^9999)^200)^200` passes each one and never finished.
+One sampled answer froze a whole run.
 
-So the comparison runs in a child process (`SymbolicVerifier`): the caller waits for its reply at
-most `deadline_s` seconds, then kills it and counts the answer wrong; the next call starts a fresh
-child. The child also limits its own memory and CPU time, so it ends by itself if its parent died
-while it was stuck.
+So both run in a child process (`SymbolicWorker`): the caller waits for the reply at most
+`deadline_s` seconds, then kills the child and takes its `default` (for a grader: wrong); the next
+call starts a fresh child. The child also limits its own memory and CPU time, so it ends by itself
+if its parent died while it was stuck.
 
-The child is this file run as a script (`python -P symbolic.py`: it imports only the standard
-library and math_verify; `-P` keeps masrl/tasks, whose math.py would hide the standard library's,
-off its path). One JSON line `[gold, answer]` in, one line `1` or `0` out.
+The child is this file run as a script (`python -P symbolic.py ROOT`: `-P` keeps masrl/tasks, whose
+math.py would hide the standard library's, off its path; ROOT, the folder masrl is imported from, is
+put on it for CHAMP's grader). One JSON line `[function, args]` in, one JSON line of its result out;
+the functions are named in the table `FUNCTIONS`. A function's exception is raised in the caller; running
+out of the child's memory gives the caller's default, as the deadline does.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import json
 import os
 import resource
@@ -26,14 +33,17 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 # math_verify's own per-parse and per-comparison timeouts, kept in the child (where it runs on the
 # main thread, so its signal.alarm works for whatever returns to Python in time).
 PARSE_TIMEOUT_S = 5
-# How long the caller waits for one comparison before killing the child: two parses and one
+# How long the caller waits for one request before killing the child: two parses and one
 # comparison at math_verify's timeouts, with room for a loaded machine.
 DEADLINE_S = 20.0
-# How long the caller waits for a new child to import sympy and math_verify (about 0.6 s quiet).
+# How long the caller waits for a new child to start (about 0.1 s quiet; sympy is imported on first use).
 START_DEADLINE_S = 120.0
 # The child's address space: far above sympy's needs, far below a machine's, so an answer that
 # builds an enormous number fails with MemoryError in the child instead.
@@ -41,10 +51,12 @@ MEMORY_BYTES = 2 << 30
 # CPU seconds the child may spend on one request before the kernel ends it (SIGXCPU), should the
 # caller be gone and no one there to kill it.
 REQUEST_CPU_S = 60
+ROOT = str(Path(__file__).resolve().parents[2])  # where `import masrl` finds this copy of masrl
 
 
-class SymbolicVerifier:
-    """`verifier(gold, answer)`: math_verify's verdict from a child process, False past the deadline.
+class SymbolicWorker:
+    """`worker(function, *args, default=...)`: `FUNCTIONS[function](*args)` run in a child process;
+    `default` when no reply came within the deadline.
 
     Thread-safe (one request at a time). A forked copy starts with no child and a free lock: the
     parent's child and pipes are not its to use, and a lock another thread held at the fork would
@@ -57,8 +69,8 @@ class SymbolicVerifier:
         forked = weakref.WeakMethod(self._forked)
         os.register_at_fork(after_in_child=lambda: (method := forked()) is not None and method())
 
-    def __call__(self, gold: str, answer: str) -> bool:
-        request = (json.dumps([gold, answer]) + "\n").encode()
+    def __call__(self, function: str, *args: str, default: Any = False) -> Any:
+        request = (json.dumps([function, args]) + "\n").encode()
         with self._lock:
             child = self._running()
             try:
@@ -69,8 +81,11 @@ class SymbolicVerifier:
                 reply = None
             if reply is None:  # past the deadline, or dead: the next call starts another
                 self._stop()
-                return False
-            return reply == b"1"
+                return default
+        answer = json.loads(reply)
+        if "error" in answer:  # the function's own failure, raised here as it would have been in process
+            raise RuntimeError(f"{function} failed in the symbolic grading worker: {answer['error']}")
+        return default if answer.get("memory") else answer["result"]
 
     def close(self) -> None:
         with self._lock:
@@ -88,12 +103,12 @@ class SymbolicVerifier:
             return self._child
         self._stop()  # a dead child's pipes
         child = subprocess.Popen(
-            [sys.executable, "-P", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+            [sys.executable, "-P", __file__, ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
         )
         if _read_line(child, START_DEADLINE_S) != b"ready":
             _end(child)
             raise RuntimeError(
-                f"the math_verify worker ({sys.executable} {__file__}) did not start within "
+                f"the symbolic grading worker ({sys.executable} {__file__}) did not start within "
                 f"{START_DEADLINE_S:.0f} s: its error, if any, is above"
             )
         self._child = child
@@ -152,21 +167,44 @@ def _cap(limit: int, value: int) -> None:
     resource.setrlimit(limit, (value if hard == resource.RLIM_INFINITY else min(value, hard), hard))
 
 
+# What the child runs, by name: "module:function", imported in the child on first use (named, not
+# imported here: CHAMP's grader imports this module).
+FUNCTIONS = {
+    "math_verify": "masrl.tasks.symbolic:compare",
+    "champ_expression": "masrl.tasks.champ_grading:expression_verdict",  # the rule on a summary's expression
+}
+
+
+def _resolve(function: str) -> Callable[..., Any]:
+    module, name = FUNCTIONS[function].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def serve() -> None:
-    """The child: answer `[gold, answer]` lines on stdin until it closes."""
+    """The child: answer `[function, args]` lines on stdin until it closes."""
     _cap(resource.RLIMIT_AS, MEMORY_BYTES)
+    if len(sys.argv) > 1 and sys.argv[1] not in sys.path:
+        sys.path.append(sys.argv[1])
     out = sys.stdout.buffer  # the replies; anything a library prints goes to stderr instead
     sys.stdout = sys.stderr
-    import math_verify  # noqa: F401  (imported before "ready": the caller's start deadline covers it)
-
     out.write(b"ready\n")
     out.flush()
     for line in sys.stdin.buffer:
         used = resource.getrusage(resource.RUSAGE_SELF)
         _cap(resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime) + REQUEST_CPU_S)
-        gold, answer = json.loads(line)
-        out.write(b"1\n" if compare(gold, answer) else b"0\n")
+        function, args = json.loads(line)
+        try:
+            answer = {"result": _resolve(function)(*args)}
+        except MemoryError:  # past MEMORY_BYTES: the caller takes its default
+            answer = {"memory": True}
+        except Exception as exc:  # noqa: BLE001 - a grader's bug, raised in the caller
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(answer).encode() + b"\n")
         out.flush()
+
+
+WORKER = SymbolicWorker()  # the graders' (math_equal, CHAMP's rule grader)
+atexit.register(WORKER.close)
 
 
 if __name__ == "__main__":
