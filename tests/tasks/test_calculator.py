@@ -22,6 +22,17 @@ def test_anything_but_arithmetic_is_refused():
     assert evaluate("(" * 5000 + "1" + ")" * 5000) is None  # too deep for the parser: refused, not a crash
 
 
+def test_a_value_too_large_to_write_is_no_value_not_a_crash():
+    """Products of allowed powers: calculate raised OverflowError (a fraction past float's range) or
+    ValueError (an int past Python's 4,300 digits) out of the system's advance, which stops the run
+    (rollout.on_system_error's default; with drop, the episode)."""
+    assert calculate("<calc>999998**64/3</calc>") is None
+    assert calculate("<calc>" + "*".join(["999999**64"] * 12) + "</calc>") is None
+    assert evaluate("999999**64 * 999999**64") == 999999**128  # 768 digits: still written
+    assert calculate("<calc>999999**64 * 999999**64</calc>")[1] == str(999999**128)
+    assert evaluate("999998**64 / 999998**63 / 3") == Fraction(999998, 3)  # large only on the way
+
+
 def test_a_call_is_found_in_a_reply_and_written_as_the_tasks_write_answers():
     assert calculate("<calc>71 + 40</calc>") == ("71 + 40", "111")
     assert calculate("Sure. <calc> 7 / 2 =</calc> done") == ("7 / 2", "3.5")

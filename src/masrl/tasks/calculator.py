@@ -19,6 +19,12 @@ from fractions import Fraction
 MAX_EXPONENT = 64
 MAX_BASE = 10**6
 MAX_LENGTH = 200  # characters of one expression: a reply is tens of tokens, so longer is not a calculator call
+# A value the calculator can write (`number_text`): an integer of at most 4,000 digits (Python writes
+# no int of more than 4,300: ValueError), anything else as a float (past 1.8e308: OverflowError).
+# Both bounds are reached by a short product of allowed powers ("999998**64/3"), which raised out
+# of `calculate` into the system's advance and stopped the run; such a value is now no value.
+MAX_INTEGER_BITS = 13_287  # 2^13287 < 10^4000
+MAX_FRACTION = Fraction(2) ** 1023  # below float's largest finite value
 _CALL = re.compile(r"<calc>(.*?)</calc>", re.DOTALL)
 _OPEN_CALL = re.compile(r"<calc>(.*)$", re.DOTALL)  # a call cut by the token limit or the stop string
 # A run of arithmetic in prose ("To calculate 9 - 10, we ..."): numbers, operators, parentheses, spaces.
@@ -29,9 +35,12 @@ _OPERATION = re.compile(r"[\d)]\s*(?:[-+*/^×÷]|\*\*)\s*[-(]*\s*\d")
 def evaluate(expression: str) -> Fraction | None:
     """The exact value of plain arithmetic, or None when it is not that (or too large to check)."""
     try:
-        return _value(ast.parse(expression.strip(), mode="eval").body)
+        value = _value(ast.parse(expression.strip(), mode="eval").body)
     except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError, RecursionError):
         return None
+    if value.denominator == 1:
+        return value if value.numerator.bit_length() <= MAX_INTEGER_BITS else None
+    return value if abs(value) < MAX_FRACTION else None
 
 
 def _value(node: ast.AST) -> Fraction:
