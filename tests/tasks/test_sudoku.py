@@ -30,6 +30,8 @@ SUDOKU = SudokuState(PUZZLE, PUZZLE)
         ("Answer:\n1 2 . 4\n3 4 1 2\n2 1 4 3\n4 3 2 1\n", tuple((r + 1, c + 1, SOLUTION[r][c]) for r in range(4) for c in range(4) if (r, c) != (0, 2))),
         ("[[1,2],[3,4]]", None),  # neither a 4x4 grid nor triples
         ("the grid is hard", None),
+        ("[[1, 2, " + "9" * 5000 + "]]", None),  # past Python's 4,300-digit int: json's ValueError stopped the run
+        ("[[1,2,2]] or [[1, 2, " + "9" * 5000 + "]]", ((1, 2, 2),)),  # the list before it still reads
     ],
 )
 def test_parse_fills(text, fills):

@@ -164,7 +164,9 @@ def parse_fills(text: str, n: int) -> tuple[Fill, ...] | None:
     for raw in reversed(_BRACKETED.findall(segment)):
         try:
             value = json.loads(raw.replace("'", '"'))
-        except (json.JSONDecodeError, RecursionError):  # RecursionError: absurdly deep nesting
+        # RecursionError: absurdly deep nesting; ValueError also covers an integer past Python's
+        # 4,300-digit limit, which json raises outside JSONDecodeError (it stopped the run).
+        except (ValueError, RecursionError):
             continue
         fills = _from_json(value, n)
         if fills is not None:
