@@ -198,3 +198,48 @@ def test_champ_rule_grader_exploits_earn_nothing(summary):
 
     assert not grade_summary("7", "What is 3+4?", summary)
     assert grade_summary("7", "What is 3+4?", "The answer is 7.") is True
+
+
+# ---------------------------------------------------------------- replies no reader may raise on
+# What makes Python itself raise or stall: an integer past its 4,300-digit str limit, a decimal
+# exponent that builds a number of millions of digits, nesting past the parser's depth, a huge
+# power, a value past float's range, a NUL, digits of another script. A reader that raised on one
+# stopped the run (rollout.on_system_error's default); each must give a value or None.
+HOSTILE_REPLIES = [
+    "9" * 5000, "The answer is " + "9" * 5000 + ".", "<answer>" + "9" * 5000 + "</answer>",
+    "<answer>1e999999999</answer>", "The answer is 1e999999.", "(" * 5000 + "1", "\\boxed{" * 3000 + "1",
+    "<answer>1,000,000,000," + "000," * 1500 + "0</answer>", "<answer>\x00</answer>", "<answer>١٢٣</answer>",
+    "<answer>99/0</answer>", "[[1, 2, " + "9" * 5000 + "]]", "#### " + "U D L R " * 5000, "####" * 5000,
+    "<calc>999998**64/3</calc>", "<calc>" + "*".join(["999999**64"] * 12) + "</calc>", "<calc>1e308*1e308/3</calc>",
+    "The answer is ((9999^9999)^200)^200.", "<answer>9^9^9^9</answer>",
+]  # fmt: skip
+
+
+def readers() -> dict:
+    from masrl.tasks.calculator import calculate
+    from masrl.tasks.champ_grading import grade_summary
+    from masrl.tasks.math import math_equal
+    from masrl.tasks.moves import parse_moves
+    from masrl.tasks.sudoku import parse_fills
+
+    math_task, sudoku = MathTask(), SudokuTask(seed=0)
+    return {
+        "math": lambda text: [reward_terms(math_task, TaskItem("i", "q", gold), text) for gold in ("7", "-1/3", "2^10")],
+        "math_equal": lambda text: [math_equal(gold, text[:600]) for gold in ("7", "0.5", "2^10")],
+        "mathturn": lambda text: num_eq("7", text),
+        "search": lambda text: exact_match(extract_short_answer(text) or "", "Paris"),
+        "sudoku": lambda text: (parse_fills(text, 4), sudoku.parse(text)),
+        "moves": parse_moves,
+        "calculator": calculate,
+        "champ": lambda text: [grade_summary(r, "What is it?", text) for r in ("@@7@@", "@@2^(n-1)@@", "@@5/14@@", "Yes")],
+    }
+
+
+@pytest.mark.parametrize("reader", sorted(readers()))
+def test_no_reader_raises_on_a_hostile_reply(reader, monkeypatch):
+    from masrl.tasks import symbolic
+
+    monkeypatch.setattr(symbolic.WORKER, "deadline_s", 2)  # what reaches sympy and computes for ever: 2 s, not 20
+    read = readers()[reader]
+    for text in HOSTILE_REPLIES:
+        read(text)  # a value or None; an exception fails the test with the reply that raised it
