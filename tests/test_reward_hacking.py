@@ -203,8 +203,10 @@ def test_champ_rule_grader_exploits_earn_nothing(summary):
 # ---------------------------------------------------------------- replies no reader may raise on
 # What makes Python itself raise or stall: an integer past its 4,300-digit str limit, a decimal
 # exponent that builds a number of millions of digits, nesting past the parser's depth, a huge
-# power, a value past float's range, a NUL, digits of another script. A reader that raised on one
-# stopped the run (rollout.on_system_error's default); each must give a value or None.
+# power, a value past float's range, a NUL, digits of another script or that only str.isdigit
+# counts. A reader that raised on one stopped the run (rollout.on_system_error's default): the
+# tasks' graders and the systems' readers of a controller's or orchestrator's choice must each
+# give a value or None.
 HOSTILE_REPLIES = [
     "9" * 5000, "The answer is " + "9" * 5000 + ".", "<answer>" + "9" * 5000 + "</answer>",
     "<answer>1e999999999</answer>", "The answer is 1e999999.", "(" * 5000 + "1", "\\boxed{" * 3000 + "1",
@@ -212,6 +214,8 @@ HOSTILE_REPLIES = [
     "<answer>99/0</answer>", "[[1, 2, " + "9" * 5000 + "]]", "#### " + "U D L R " * 5000, "####" * 5000,
     "<calc>999998**64/3</calc>", "<calc>" + "*".join(["999999**64"] * 12) + "</calc>", "<calc>1e308*1e308/3</calc>",
     "The answer is ((9999^9999)^200)^200.", "<answer>9^9^9^9</answer>",
+    "<call>²</call>", "<agent>²</agent>", "<call>" + "9" * 5000 + ": q</call>", "<agent>" + "9" * 5000 + "</agent>",
+    "<ids>" + "9" * 5000 + "</ids>", "<queries>" + "q\n" * 20000 + "</queries>",
 ]  # fmt: skip
 
 
@@ -220,18 +224,27 @@ def readers() -> dict:
     from masrl.tasks.champ_grading import grade_summary
     from masrl.tasks.math import math_equal
     from masrl.tasks.moves import parse_moves
+    from masrl.systems.budget.system import parse_action as budget_action
+    from masrl.systems.puppeteer.system import parse_choice
+    from masrl.systems.router.system import parse_action as router_action
+    from masrl.systems.search.system import parse_answer, parse_ids, parse_subqueries
     from masrl.tasks.sudoku import parse_fills
 
     math_task, sudoku = MathTask(), SudokuTask(seed=0)
+    experts = ["cheap", "pricey"]
     return {
         "math": lambda text: [reward_terms(math_task, TaskItem("i", "q", gold), text) for gold in ("7", "-1/3", "2^10")],
         "math_equal": lambda text: [math_equal(gold, text[:600]) for gold in ("7", "0.5", "2^10")],
         "mathturn": lambda text: num_eq("7", text),
-        "search": lambda text: exact_match(extract_short_answer(text) or "", "Paris"),
+        "search_qa": lambda text: exact_match(extract_short_answer(text) or "", "Paris"),
         "sudoku": lambda text: (parse_fills(text, 4), sudoku.parse(text)),
         "moves": parse_moves,
         "calculator": calculate,
         "champ": lambda text: [grade_summary(r, "What is it?", text) for r in ("@@7@@", "@@2^(n-1)@@", "@@5/14@@", "Yes")],
+        "router": lambda text: (router_action(text, 1, 3, experts, None), router_action(text, 2, 3, experts, "cheap")),
+        "budget": lambda text: [budget_action(text, experts, True, "none", numbered) for numbered in (False, True)],
+        "puppeteer": lambda text: parse_choice(text, ["a", "b", "stop"]),
+        "search": lambda text: (parse_subqueries(text, "What?", 3, 0.1), parse_ids(text, 5, 3, 0.1), parse_answer(text, 10, 0.1)),
     }
 
 

@@ -154,7 +154,7 @@ __all__ = [
     "View", "address_seed", "approx_tokens", "bootstrap_mean", "build_agent", "build_champ_pool", "build_pool",
     "calculate", "check_pool", "completion_id", "create_app", "error_body", "evaluate_episodes", "exact_value", "extract_short_answer",
     "final_segment", "format_reward", "grade", "held_out", "lazy", "load_model", "match_agent", "minilm_encoder",
-    "mixed_reward", "pool_needs", "qa_metrics", "read_metrics", "reward_terms", "rollout", "round_robin_groups",
+    "mixed_reward", "option_number", "pool_needs", "qa_metrics", "read_metrics", "reward_terms", "rollout", "round_robin_groups",
     "run_code", "saved_evaluations", "search_many", "series", "tool_output", "trainable_calls",
 ]  # fmt: skip
 
@@ -265,6 +265,19 @@ class Built:
     def policy_names(self) -> list[str]:
         """The distinct policies, in first-mention order."""
         return list(dict.fromkeys(self.policies.values()))
+
+
+# No option, index or count a model picks is longer: int() of a longer run wastes time, and past
+# 4,300 digits it raises.
+MAX_OPTION_DIGITS = 18
+
+
+def option_number(text: str) -> int | None:
+    """The number `text` writes as a choice ("3", "07", also in another script's decimal digits, as
+    int reads them), or None: not decimal digits alone ("²" is a digit to str.isdigit but not to
+    int, which raised), or longer than MAX_OPTION_DIGITS (int raises past 4,300 digits)."""
+    text = text.strip()
+    return int(text) if text.isdecimal() and len(text) <= MAX_OPTION_DIGITS else None
 
 
 def match_agent(name: str, agents: Sequence[str]) -> str | None:

@@ -79,26 +79,20 @@ def grade_summary(reference: str, question: str, summary: str) -> bool | None:
         if len(values) == 1 and _HEDGE.search(text):
             return False  # "3 or 7" for one answer: a hedge, even when 3 is a number of the question
         verdict = _grade_numbers(values, text, normalize(question))
-        value = next(iter(values))
-        if verdict is False and len(values) == 1 and isinstance(value, Fraction):  # stated as "2^997"
+        if verdict is False and len(values) == 1 and isinstance(next(iter(values)), Fraction):  # stated as "2^997"
             return WORKER("champ_expression", reference, text, default=False) or False
         return verdict
-    if kind == "expr":  # sympy evaluates the summary's expression: in a child process with a deadline
+    if kind == "expr":
         return WORKER("champ_expression", reference, text, default=False)
     return None
 
 
 def expression_verdict(reference: str, text: str) -> bool | None:
-    """The expression rule on a normalized summary: the reference's expressions, or its one number as
-    one, against the expression the summary states. Run by the symbolic worker (masrl.tasks.symbolic),
-    whose deadline stops what the exponent bounds below do not (they bound each power, not a tower
-    of them)."""
+    """The expression rule on a normalized summary, run in masrl.tasks.symbolic's worker (a deadline)."""
     import sympy  # lazy: sympy takes about a second to import
 
     kind, values = reference_kind(reference)
-    if kind == "numbers":
-        values = [sympy.Rational(v.numerator, v.denominator) for v in values]
-    return _grade_expression(values, text)
+    return _grade_expression([sympy.Rational(v) for v in values] if kind == "numbers" else values, text)
 
 
 @functools.lru_cache(maxsize=1024)

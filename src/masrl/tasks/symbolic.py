@@ -152,7 +152,7 @@ def compare(gold: str, answer: str, timeout_s: int | None = PARSE_TIMEOUT_S) -> 
     another thread passes `timeout_s=None`."""
     # lazy: sympy and the LaTeX parser take ~0.5 s to import
     from math_verify import parse, verify
-    from math_verify.errors import TimeoutException  # a BaseException
+    from math_verify.errors import TimeoutException  # lazy: as above (a BaseException)
 
     try:
         parsed = parse(gold, parsing_timeout=timeout_s), parse(answer, parsing_timeout=timeout_s)

@@ -237,7 +237,9 @@ def test_decide_first_bad_decisions_are_format_failures(decision):
 @pytest.mark.parametrize(
     "body, kind, expert",
     [("0", "alone", None), ("1", "call", "cheap"), (" 2 ", "call", "pricey"), ("3", "format_error", None),
-     ("-1", "format_error", None), ("cheap", "format_error", None), ("none", "alone", None), ("", "format_error", None)],
+     ("-1", "format_error", None), ("cheap", "format_error", None), ("none", "alone", None), ("", "format_error", None),
+     # a digit to str.isdigit that int refuses, and a number past int's 4,300 digits: both raised
+     ("²", "format_error", None), ("9" * 5000, "format_error", None), ("١", "call", "cheap")],
 )  # fmt: skip
 def test_numbered_options_map_0_to_alone_and_k_to_the_kth_expert(body, kind, expert):
     a = parse_action(f"<call>{body}</call>", EXPERTS, can_call=True, alone="none", numbered=True)

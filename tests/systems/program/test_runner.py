@@ -22,6 +22,9 @@ from masrl.systems.program.runner import BadRewards, parse_last_line
         (b'{"answer": [1, 2]}', (None, None, "no_json: 'answer' must be a string or a number", {})),
         (b'{"answer": "x", "reward": true}', (None, None, "no_json: 'reward' must be a finite number, got True", {})),
         (b'{"answer": "x", "reward": NaN}', (None, None, "no_json: 'reward' must be a finite number, got nan", {})),
+        (b"[" * 4000, (None, None, f"no_json: last line is not JSON: {'[' * 120!r}", {})),  # RecursionError, raised
+        (b'{"answer": ' + b"9" * 5000 + b"}", (None, None, "no_json: last line is not JSON: '{\"answer\": "
+                                                + "9" * 109 + "'", {})),  # past int's 4,300 digits  # fmt: skip
     ],
 )
 def test_the_last_line_gives_answer_reward_rewards_or_the_fault(stdout, parsed):

@@ -36,6 +36,9 @@ def test_parse_choice():
     assert parse_choice("<agent>0</agent>", actions) == TERMINATOR
     assert parse_choice("<agent>4</agent>", actions) is None  # only 3 agents
     assert parse_choice("3", actions) == "sim-strong:critique"  # no tag: the whole reply
+    # a digit to str.isdigit that int refuses, and a number past int's 4,300 digits: both raised
+    assert parse_choice("<agent>²</agent>", actions) is None
+    assert parse_choice("<agent>" + "9" * 5000 + "</agent>", actions) is None
 
 
 def scripted(choices):

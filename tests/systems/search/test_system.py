@@ -228,12 +228,16 @@ def test_subquery_parser_is_tolerant_and_penalises_too_many_or_none():
     assert many.queries == ("q1", "q2", "q3", "q4") and many.written == 6 and many.penalty == -0.5
     empty = parse_subqueries("  \n 2. \n", q, 4, 0.5)
     assert empty == Rewrite((q,), 0, -0.5)
+    # not JSON after all, read as lines: nesting past json's depth and an int past 4,300 digits both raised
+    assert parse_subqueries("[" * 4000, q, 4, 0.5).queries == ("[" * 4000,)
+    assert parse_subqueries("[" + "9" * 5000 + "]", q, 4, 0.5).written == 1
 
 
 def test_id_parser_penalises_duplicates_out_of_range_and_nothing():
     assert parse_ids(" 2, 0", 5, 3, 0.5) == Rerank((2, 0), 0, 0, False, 0.0)
     assert parse_ids("Document2 [2] 1", 5, 3, 0.5) == Rerank((2, 1), 1, 0, False, -0.5)
     assert parse_ids("7, 1", 5, 3, 0.5) == Rerank((1,), 0, 1, False, -0.5)
+    assert parse_ids("9" * 5000 + ", 1", 5, 3, 0.5) == Rerank((1,), 0, 1, False, -0.5)  # int raised past 4,300 digits
     assert parse_ids("none of them", 5, 3, 0.5) == Rerank((0, 1, 2), 0, 0, True, -0.5)
     assert parse_ids("Documents: #3 and Document 1.", 5, 3, 0.5).ids == (3, 1)
     # a copied document after the ids: its numbers are not choices

@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 
 from masrl.systems.api import (
     Built, ConfigError, Episode, Message, Price, Reply, Step, Task, TaskItem, Transition, build_pool, match_agent,
+    option_number,
 )
 from masrl.systems.budget.action import Action, ActionKind, LabelStyle
 from masrl.systems.budget.experts import priced_pool
@@ -172,11 +173,12 @@ def parse_action(
         return Action(ActionKind.ALONE)
     if numbered:
         number = name.strip()
-        if not number.isdigit() or int(number) > len(experts):
+        k = option_number(number)
+        if k is None or k > len(experts):
             return Action(ActionKind.FORMAT_ERROR, reason=f"not an option number: {number[:40]!r}")
-        if int(number) == 0:
+        if k == 0:
             return Action(ActionKind.ALONE)
-        name = experts[int(number) - 1]
+        name = experts[k - 1]
     expert = match_agent(name, experts)
     if expert is None:
         return Action(ActionKind.FORMAT_ERROR, reason=f"unknown expert {name.strip()[:40]!r}")

@@ -52,7 +52,7 @@ def parse_last_line(stdout: bytes) -> tuple[str | None, float | None, str | None
     last = lines[-1].strip()
     try:
         record = json.loads(last)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting past the parser's depth ("[" * 4000)
         return None, None, f"no_json: last line is not JSON: {last[:120]!r}", {}
     if not isinstance(record, dict) or "answer" not in record:
         return None, None, f"no_json: last line has no 'answer': {last[:120]!r}", {}

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from masrl.systems.api import (
     Built, ConfigError, Episode, Head, Message, Reply, Step, Task, TaskItem, Transition, build_pool, match_agent,
+    option_number,
 )
 from masrl.systems.puppeteer.head import BatchedEncoder, HeadAgent, HeadLearner, build_encoder, scoring_head
 from masrl.systems.puppeteer.returns import step_cost
@@ -116,8 +117,8 @@ def parse_choice(text: str, actions: Sequence[str]) -> str | None:
     a long exact name (SmolLM2-135M named no agent in 12 of 12 probes)."""
     found = _AGENT.findall(text)
     name = (found[0] if found else text).strip()
-    if name.isdigit():
-        k = int(name)
+    k = option_number(name)
+    if k is not None:
         return actions[-1] if k == 0 else (actions[k - 1] if k < len(actions) else None)
     return match_agent(name, actions) if name else None
 

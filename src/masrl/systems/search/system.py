@@ -50,7 +50,8 @@ from pathlib import Path
 
 from masrl.systems.api import (
     BM25Index, Built, ConfigError, CorpusPage, DenseIndex, Episode, FINAL, Message, Reply, Retriever, SearchTask,
-    Step, TaskItem, Transition, extract_short_answer, qa_metrics, round_robin_groups, search_many, trainable_calls,
+    Step, TaskItem, Transition, extract_short_answer, option_number, qa_metrics, round_robin_groups, search_many,
+    trainable_calls,
 )
 from masrl.systems.search.config import ROLES
 
@@ -110,7 +111,7 @@ def parse_subqueries(text: str, question: str, max_queries: int, penalty: float)
             loaded = json.loads(stripped)
             if isinstance(loaded, list):
                 items = [str(x) for x in loaded]
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; an int past 4,300 digits; nesting past the parser's depth
             pass
     if not items:
         items = [_ITEM_PREFIX.sub("", line) for line in stripped.splitlines()]
@@ -148,8 +149,8 @@ def parse_ids(text: str, n_docs: int, max_docs: int, penalty: float) -> Rerank:
         pos = m.end()
         if m.group(1) is None:
             continue
-        i = int(m.group(1))
-        if i >= n_docs:
+        i = option_number(m.group(1))
+        if i is None or i >= n_docs:  # None: longer than any index
             bad += 1
         elif i in ids:
             dup += 1
