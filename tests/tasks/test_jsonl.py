@@ -89,6 +89,9 @@ def test_jsonl_question_in_both_splits_is_dropped_from_train(tmp_path):
         ('{"question": "q", "answer": null}', r"data\.jsonl:3: field 'answer' must be"),
         ('{"question": "q", "answer": "1", "split": "test"}', r"data\.jsonl:3: split must be"),
         ('{"question": "q", "answer": "1", "id": "x"}', r"data\.jsonl:3: duplicate id 'x'"),
+        # json's own ValueError and RecursionError came out without the line (the second as a traceback)
+        ('{"question": "q", "answer": ' + "9" * 5000 + "}", r"data\.jsonl:3: Exceeds the limit \(4300 digits\)"),
+        ("[" * 5000, r"data\.jsonl:3: JSON nested deeper than Python's parser reads"),
     ],
 )
 def test_jsonl_malformed_line_names_its_number(tmp_path, bad, message):

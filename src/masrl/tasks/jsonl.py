@@ -105,6 +105,10 @@ def read_jsonl(path: Path, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[t
                 row: Any = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: not valid JSON ({e.msg})") from e
+            except RecursionError:
+                raise ValueError(f"{where}: JSON nested deeper than Python's parser reads") from None
+            except ValueError as e:  # an integer past Python's 4,300 digits
+                raise ValueError(f"{where}: {e}") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
             yield number, where, row
