@@ -241,7 +241,10 @@ def test_a_finite_reward_is_taken_as_a_float(value, taken):
 
 
 @pytest.mark.parametrize(("value", "shown"), [(math.nan, "reward=nan"), (-math.inf, "reward=-inf"),
-                                              ("1", "reward='1' (str)"), (None, "reward=None (NoneType)")])  # fmt: skip
+                                              ("1", "reward='1' (str)"), (None, "reward=None (NoneType)"),
+                                              # math.isfinite raised OverflowError; repr raises past 4,300 digits
+                                              pytest.param(10**400, "reward=an int of 1329 bits", id="past-float"),
+                                              pytest.param(-(10**5000), "reward=an int of 16610 bits", id="past-repr")])  # fmt: skip
 def test_a_reward_that_is_no_finite_number_is_refused(value, shown):
     with pytest.raises(BadValue, match=re.escape(f"{shown} is not a finite number (a reward is an int, float or bool)")):
         finite_reward("reward", value)

@@ -122,10 +122,18 @@ def finite_reward(name: str, value: Any) -> float:
     An int, a float, a numpy scalar and a bool (Python's bool is an int: True is 1.0, as
     `reward=answer == gold` means) are rewards; NaN, inf, a string, None, a tensor are not: NaN and
     inf would train on without a word and make every adapter weight NaN (issue 50)."""
-    if isinstance(value, numbers.Real) and math.isfinite(value):
+    if isinstance(value, numbers.Real) and _finite(value):
         return float(value)
     kind = "" if isinstance(value, (float, int)) else f" ({type(value).__name__})"
-    raise BadValue(f"{name}={value!r}{kind} is not a finite number (a reward is an int, float or bool)")
+    shown = f"an int of {value.bit_length()} bits" if isinstance(value, int) and value.bit_length() > 1023 else repr(value)
+    raise BadValue(f"{name}={shown}{kind} is not a finite number (a reward is an int, float or bool)")
+
+
+def _finite(value: numbers.Real) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float's range: it raised out of the engine instead of BadValue
+        return False
 
 
 def as_failure(hook: str, exc: Exception) -> HookFailed | None:

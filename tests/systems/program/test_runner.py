@@ -22,6 +22,8 @@ from masrl.systems.program.runner import BadRewards, parse_last_line
         (b'{"answer": [1, 2]}', (None, None, "no_json: 'answer' must be a string or a number", {})),
         (b'{"answer": "x", "reward": true}', (None, None, "no_json: 'reward' must be a finite number, got True", {})),
         (b'{"answer": "x", "reward": NaN}', (None, None, "no_json: 'reward' must be a finite number, got nan", {})),
+        pytest.param(b'{"answer": "x", "reward": 1' + b"0" * 400 + b"}",
+                     (None, None, f"no_json: 'reward' must be a finite number, got {10**400}", {}), id="past-float"),
         (b"[" * 4000, (None, None, f"no_json: last line is not JSON: {'[' * 120!r}", {})),  # RecursionError, raised
         (b'{"answer": ' + b"9" * 5000 + b"}", (None, None, "no_json: last line is not JSON: '{\"answer\": "
                                                 + "9" * 109 + "'", {})),  # past int's 4,300 digits  # fmt: skip
@@ -31,7 +33,8 @@ def test_the_last_line_gives_answer_reward_rewards_or_the_fault(stdout, parsed):
     assert parse_last_line(stdout) == parsed
 
 
-@pytest.mark.parametrize("line", [b'{"answer": "x", "rewards": [1]}', b'{"answer": "x", "rewards": {"solver": "high"}}'])
+@pytest.mark.parametrize("line", [b'{"answer": "x", "rewards": [1]}', b'{"answer": "x", "rewards": {"solver": "high"}}',
+                                  pytest.param(b'{"answer": "x", "rewards": {"solver": 1' + b"0" * 400 + b"}}", id="past-float")])
 def test_rewards_that_are_not_an_object_of_finite_numbers_are_the_programs_mistake(line):
     with pytest.raises(BadRewards):
         parse_last_line(line)

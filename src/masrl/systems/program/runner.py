@@ -68,7 +68,12 @@ def parse_last_line(stdout: bytes) -> tuple[str | None, float | None, str | None
 
 
 def finite(x: object) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int past float's range (JSON allows 4,300 digits)
+        return False
 
 
 def parse_rewards(rewards: object) -> dict[str, float]:
