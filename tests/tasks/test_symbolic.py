@@ -95,6 +95,12 @@ def test_a_champ_summary_that_computes_for_ever_earns_nothing_and_the_run_goes_o
     assert grade_summary("@@1024@@", "What is 2 to the tenth?", CHAMP_FOREVER) is False
 
 
+def test_a_huge_decimal_exponent_is_no_expression_and_grades_at_once(graders):
+    """1e999999 parsed as an exact integer of a million digits: graded 0 only at the deadline."""
+    assert grade_summary(CHAMP_REFERENCE, CHAMP_QUESTION, "The answer is 1e999999.") is None  # no expression stated
+    assert graders._child is not None  # the child answered: nothing was killed at the deadline
+
+
 def test_a_graders_own_error_is_raised_in_the_caller(worker):
     with pytest.raises(RuntimeError, match="champ_expression failed in the symbolic grading worker: "):
         worker("champ_expression", "@@1/2@@, a number", 7)  # not text: the grader's own TypeError

@@ -323,7 +323,7 @@ def _parse_plain(text: str) -> Any:
 
     t = text.strip().rstrip(".").replace("±", "")
     t = re.sub(r"sum_\(.*", "", t) if "sum_(" in t else t
-    if not t or re.search(r"[=<>]|\.\.\.|sum|lim", t):
+    if not t or re.search(r"[=<>]|\.\.\.|sum|lim|\d[eE][-+]?\d{4}", t):  # 1e999999 parses as an exact integer
         return None
     names = {v: sympy.Symbol(v, positive=True, integer=v in "nmkr") for v in _VARIABLES}
     names.update(C=sympy.binomial, binom=sympy.binomial, floor=sympy.floor, sqrt=sympy.sqrt, choose=sympy.binomial,
