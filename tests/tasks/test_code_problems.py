@@ -39,3 +39,20 @@ def test_humaneval_problems_are_read_from_a_jsonl_gz_file(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(ValueError, match="no HumanEval problems"):
         load_humaneval(tmp_path / "empty.jsonl")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [  # a KeyError traceback, a JSON error without the file, a FileNotFoundError traceback: each one line now
+        ('{"task_id": "x"}\n', r"he\.jsonl:1: no text field 'prompt' \(a HumanEval problem has task_id, prompt, "),
+        ('{"task_id": "x", "prompt": "p", "entry_point": "f", "canonical_solution": "s", "test": "t"}\nnot json\n',
+         r"he\.jsonl:2: not valid JSON"),
+        (None, r"he\.jsonl: no such file \(a HumanEval \.jsonl or \.jsonl\.gz\)"),
+    ],
+)
+def test_a_humaneval_file_that_is_not_one_is_one_line_naming_the_place(tmp_path, text, message):
+    path = tmp_path / "he.jsonl"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_humaneval(path)

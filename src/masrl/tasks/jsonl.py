@@ -20,6 +20,7 @@ search corpora's, masrl.retrieval.corpus): an error names the file and line.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Iterator
@@ -86,10 +87,10 @@ MAX_LINE_BYTES = 1 << 16
 
 
 def read_jsonl(path: Path, max_bytes: int | None = MAX_LINE_BYTES) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """(line number, where, object) for each non-blank line of a JSONL file of objects; `where`
-    is "path:line", the prefix of every error message about that line (not UTF-8, longer than
-    `max_bytes` (None: any length), not JSON, not an object)."""
-    with path.open("rb") as f:
+    """(line number, where, object) for each non-blank line of a JSONL file of objects (gzipped when
+    it ends in .gz); `where` is "path:line", the prefix of every error message about that line (not
+    UTF-8, longer than `max_bytes` (None: any length), not JSON, not an object)."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
         for number, raw in enumerate(iter(lambda: f.readline(-1 if max_bytes is None else max_bytes + 1), b""), 1):
             where = f"{path}:{number}"
             if max_bytes is not None and len(raw) > max_bytes:
