@@ -67,7 +67,7 @@ class TaskConfig(Section):
         "train_questions, eval_questions, synthetic)"
     )
     path: str | None = Field(
-        None, description="JSONL question/answer file (kind=jsonl) or CHAMP pool file (kind=champ)"
+        None, description="JSONL question/answer file, plain or .gz (kind=jsonl), or CHAMP pool file (kind=champ)"
     )
     seed: int = Field(1234, description="seed of the task family's items and of its train / held-out split")
 

@@ -5,6 +5,7 @@ is made (issue 50), the real command in a subprocess."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -159,3 +160,13 @@ def test_a_jsonl_file_that_cannot_train_is_one_line_before_the_run_starts(tmp_pa
     (line,) = messages(done.stderr)
     assert line.startswith(f"masrl: config error: task.path: {qa}{needle}"), line
     assert not run.exists()
+
+
+def test_a_gzipped_jsonl_file_reads_as_the_plain_one(tmp_path):
+    rows = [{"question": f"{i} + 1?", "answer": str(i + 1)} for i in range(30)]
+    plain = _write(tmp_path, rows)
+    packed = tmp_path / "data.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = JsonlTask(plain), JsonlTask(packed)
+    assert [(i.question, i.answer) for i in b.items("train", 0, 10)] == [(i.question, i.answer) for i in a.items("train", 0, 10)]
+    assert [i.question for i in b.items("eval", 0, 3)] == [i.question for i in a.items("eval", 0, 3)]
