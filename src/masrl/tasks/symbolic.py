@@ -184,7 +184,7 @@ def serve() -> None:
     """The child: answer `[function, args]` lines on stdin until it closes."""
     _cap(resource.RLIMIT_AS, MEMORY_BYTES)
     if len(sys.argv) > 1 and sys.argv[1] not in sys.path:
-        sys.path.append(sys.argv[1])
+        sys.path.insert(0, sys.argv[1])  # this copy of masrl, as the caller imported it
     out = sys.stdout.buffer  # the replies; anything a library prints goes to stderr instead
     sys.stdout = sys.stderr
     out.write(b"ready\n")
