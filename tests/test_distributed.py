@@ -220,6 +220,7 @@ def test_two_processes_log_the_seeded_metrics_of_one(runs):
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_killing_rank_1_stops_the_run_and_resume_finishes_it_exactly(runs, tmp_path):
     run = tmp_path / "killed"
     log = tmp_path / "stderr.txt"

@@ -109,6 +109,7 @@ def test_run_dir_on_a_full_or_read_only_disk(tmp_path, kind, options, reason):
     _one_clean_message(done, "masrl: cannot write", reason, code=3)  # ExitCode.ENVIRONMENT
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_unreadable_checkpoint_falls_back_to_the_one_before(tmp_path):
     run = tmp_path / "run"
     first = _cli("train", "single-arithmetic", f"run.dir={run}", *tiny_run(), "eval.before=false")
@@ -132,6 +133,7 @@ def test_unreadable_checkpoint_falls_back_to_the_one_before(tmp_path):
     assert (ckpts / "latest").read_text().strip() == "step_000003"
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_torn_metrics_line_does_not_stop_a_resume(tmp_path):
     """A kill in the middle of an append leaves half a JSON line: resume drops it."""
     run = tmp_path / "run"

@@ -53,6 +53,7 @@ def _final_adapter(run: Path) -> dict:
     return load_file(str(run / "checkpoints" / latest / "policy" / "solver.safetensors"))
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     clean = tmp_path / "clean"

@@ -150,6 +150,7 @@ def test_a_reward_that_is_no_finite_number_stops_with_one_line(reward, shown, tm
     nothing_trained(run)
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_a_hook_that_hangs_is_stopped_at_its_limit_with_one_line(tmp_path):
     run = tmp_path / "run"
     proc = train_process(run, "system.hangs=true", "system.items=", "rollout.hook_timeout_s=1")

@@ -146,6 +146,7 @@ def _signal_during_step(run: Path, step: int, signals: list[int], *extra: str,
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_at_step_3_checkpoints_it_and_resume_logs_every_step_once(tmp_path, uninterrupted, sig):
     run = tmp_path / "run"
@@ -168,6 +169,7 @@ def test_a_signal_at_step_3_checkpoints_it_and_resume_logs_every_step_once(tmp_p
     assert rows == _rows(uninterrupted)  # and the very numbers, in the order, of a run never stopped
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     run = tmp_path / "run"
     # during step 8: step 7 ends with its metrics line alone (step 6 evaluates after its line, eval.every=3, so a
@@ -183,6 +185,7 @@ def test_a_second_signal_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     assert [r["step"] for r in _train_rows(run)] == list(range(1, STEPS + 1))
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_ctrl_c_of_a_two_process_run_checkpoints_its_last_step_and_resume_finishes(tmp_path):
     """trainer.processes=2: Ctrl-C reaches the launcher and both ranks; rank 0's signal decides for both, rank 0
     writes the checkpoint while rank 1 waits for it, and the launcher says what was kept."""
@@ -201,6 +204,7 @@ def test_ctrl_c_of_a_two_process_run_checkpoints_its_last_step_and_resume_finish
 
 
 # ---------------------------------------------------------------- 3. a full disk
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (test_input_paths covers a read-only disk)")
 def test_a_full_disk_is_one_line_exit_3_and_resume_finishes_once_space_is_freed(tmp_path):
     """A 256 KiB tmpfs holds a checkpoint or two (~160 KB each, the older pruned after the next is written)
@@ -267,6 +271,7 @@ def test_eval_of_a_run_that_lost_its_config_says_the_run_directory_is_incomplete
         assert "shipped configs" not in message
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_eval_of_a_run_takes_eval_overrides_and_records_the_step_and_checkpoint(trained):
     out = trained / "eval-3.json"
     done = _run("eval", str(trained), "eval.size=3", "--out", str(out))
@@ -292,6 +297,7 @@ def test_resuming_a_finished_run_says_so_in_one_line(trained):
     assert (trained / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_a_run_whose_checkpoints_are_all_damaged_is_one_line_exit_3(tmp_path):
     """A broken run directory: every checkpoint is set aside, and the line says how to start again."""
     run = tmp_path / "run"

@@ -130,6 +130,7 @@ def _trainer_model():
     return model
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_a_worker_killed_mid_batch_is_retried_counted_and_restarted_with_the_current_adapters(ray_dir):
     model = _trainer_model()
     spec = WorkerSpec("tiny", ("red",), LoraSpec(rank=4, alpha=8), seed=0, dtype="float32", threads=1, logprobs=True)

@@ -41,6 +41,7 @@ def _in_use(run: Path, pid: int, command: str, prefix: str = "masrl: config erro
                       "another run.dir"))  # fmt: skip
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_a_second_train_into_a_running_run_dir_is_refused_in_one_line(tmp_path):
     run = tmp_path / "run"
     args = ("train", "single-arithmetic", *tiny_run(), "trainer.steps=400", "trainer.checkpoint_every=5",

@@ -137,6 +137,7 @@ def test_a_new_run_into_a_finished_run_without_checkpoints_is_refused(finished_r
     assert _files(finished_run) == before  # the old run's metrics, config and evaluations, as they were
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_an_edited_config_names_the_key_and_keeps_every_checkpoint(finished_run):
     config = finished_run / "config.yaml"
     saved = config.read_text()

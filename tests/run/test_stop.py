@@ -47,6 +47,7 @@ def test_out_of_time_stops_before_a_step_that_would_overrun():
 # ---------------------------------------------------------------- real signals at each phase of a real run
 # (the tiny model in a subprocess; masrl.cli's start-up is tests/cli/test_init.py, a signal during a step and a
 # second one there are tests/test_user_mistakes.py)
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_a_signal_during_the_final_evaluation_stops_it_at_once_and_resume_runs_it(tmp_path):
     """Once step 2 of 2 is checkpointed the final evaluation runs (30 items of replies of 64 tokens: seconds):
     a SIGINT there stops it at once, exit 130 with one line; every file reads back whole, and `--resume`

@@ -257,6 +257,7 @@ def test_experts_from_the_pool_section_any_backend_priced_by_the_table(tmp_path)
         assert path[-1].rewards["cost"] == pytest.approx(local.tokens_in * 1.0 / 1000)  # the table's
 
 
+@pytest.mark.slow  # 10-30 s of processes on 2 cores: behind the marker so the default run stays near 10 minutes
 def test_budget_ppo_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     """3 steps straight vs. crashed after step 2's log lines (before its checkpoint), resumed to 3: the same
     metrics bit for bit and the same controller and critic weights. Soft reward: the spend differs
