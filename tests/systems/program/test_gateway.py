@@ -11,8 +11,8 @@ import pytest
 from openai import AsyncOpenAI, NotFoundError
 
 from masrl.agents.python_fn import FunctionAgent
-from masrl.systems.api import ChatRequest
-from masrl.systems.program.gateway import Gateway, Recorded
+from masrl.systems.api import ChatRequest, HTTPError
+from masrl.systems.program.gateway import SIBLING_GAP, Gateway, Recorded
 from masrl.types import Message, Reply
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,6 +46,8 @@ def test_calls_are_coming_while_an_episode_is_open_with_none_in_flight():
         seen.append(gateway.coming())  # its program is starting or between calls
         call = asyncio.create_task(session.call("held", (Message("user", "hi"),), ChatRequest(**chat("hi", "held"))))
         await asyncio.sleep(0)
+        seen.append(gateway.coming())  # it has just called: calls it makes at the same time may follow
+        await asyncio.sleep(SIBLING_GAP * 1.5)
         seen.append(gateway.coming())  # its call waits for generation: nothing more from it until answered
         agent.release.set()
         await call
@@ -53,7 +55,89 @@ def test_calls_are_coming_while_an_episode_is_open_with_none_in_flight():
         gateway.close(session)
         return [*seen, gateway.coming()]
 
-    assert asyncio.run(go()) == [False, True, False, True, False]
+    assert asyncio.run(go()) == [False, True, True, False, True, False]
+
+
+class Gate:
+    """An agent whose replies wait until the test lets them go, one by one, in any order."""
+
+    name = "gate"
+
+    def __init__(self):
+        self.waiting: list[asyncio.Event] = []
+
+    async def __call__(self, messages):
+        self.waiting.append(asyncio.Event())
+        await self.waiting[-1].wait()
+        return Reply("re: " + messages[-1].content, 1, 1, 0.0)
+
+
+def test_concurrent_calls_count_against_max_calls_when_they_arrive():
+    """Ten calls at once against a limit of three: three are answered, the rest refused (429) and the
+    episode failed, as ten calls one after another would be. (Counted on answer, all ten passed.)"""
+
+    async def go():
+        gateway, agent = Gateway(), Gate()
+        session = gateway.open({"gate": agent}, [], max_calls=3)
+        asks = [((Message("user", str(i)),), ChatRequest(**chat(str(i), "gate"))) for i in range(10)]
+        calls = [asyncio.create_task(session.call("gate", *ask)) for ask in asks]
+        await asyncio.sleep(0.01)
+        for event in agent.waiting:
+            event.set()
+        return session, await asyncio.gather(*calls, return_exceptions=True)
+
+    session, results = asyncio.run(go())
+    assert [r.reply.text for r in results[:3]] == ["re: 0", "re: 1", "re: 2"]
+    assert all(isinstance(r, HTTPError) and r.status == 429 for r in results[3:])
+    assert len(session.calls) == 3 and session.fault == "too_many_calls: more than 3 model calls"
+
+
+def test_concurrent_calls_are_recorded_in_the_order_they_were_asked():
+    """The second call's reply comes first; `calls` (what replay's k and the episode's chain follow)
+    still lists the first call first."""
+
+    async def go():
+        gateway, agent = Gateway(), Gate()
+        session = gateway.open({"gate": agent}, [])
+        first = asyncio.create_task(session.call("gate", (Message("user", "a"),), ChatRequest(**chat("a", "gate"))))
+        second = asyncio.create_task(session.call("gate", (Message("user", "b"),), ChatRequest(**chat("b", "gate"))))
+        await asyncio.sleep(0.01)
+        agent.waiting[1].set()
+        await second
+        agent.waiting[0].set()
+        await first
+        return session
+
+    assert [c.reply.text for c in asyncio.run(go()).calls] == ["re: a", "re: b"]
+
+
+def test_a_program_s_concurrent_calls_share_one_generation(tiny_engine_agents):
+    """Two calls a program makes at once (asyncio.gather, on its own thread as a program is its own
+    process, 5 ms apart) go out in one batch of two, not in two batches one after the other: the batch waits
+    `SIBLING_GAP` after a call for its siblings. (Without the wait: [1, 1].)"""
+    agents = tiny_engine_agents
+    service = agents["solver"].service
+
+    async def program(url: str, key: str) -> None:
+        client = AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+
+        async def ask(i: int):  # the second 5 ms later, as two threads of a program were measured to call
+            await asyncio.sleep(0.005 * i)
+            messages = [{"role": "user", "content": f"Calculate {i} + 3."}]
+            return await client.chat.completions.create(model="solver", messages=messages)
+
+        await asyncio.gather(ask(0), ask(1))
+        await client.close()
+
+    async def go():
+        gateway = Gateway()
+        async with gateway.serving():
+            s = gateway.open(agents, ["solver"])
+            before = len(service.stats.batch_sizes)
+            await asyncio.to_thread(asyncio.run, program(gateway.url(s), s.key))
+            return service.stats.batch_sizes[before:]
+
+    assert asyncio.run(go()) == [2]
 
 
 def test_one_episode_s_key_cannot_read_or_write_another_s_calls():
