@@ -1,6 +1,8 @@
 """A debate with one LoRA per role, written with the plain `openai` client and knowing nothing of masrl.
 
 Two debaters answer, each revises after reading the other's answer, and a judge picks one (5 calls).
+The debaters are asked at the same time (two threads), so each round of the debate waits for one
+generation, not two: masrl's gateway puts calls a program makes together into one batch.
 The program's answer is the picked debater's answer, not the judge's reply ("A" or "B"): that is what
 training scores and what `masrl serve` answers. Its last line also reports a reward per role (a format
 check it can make without the gold answer: did each debater end with an <answer> tag, did the judge
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 DEBATER = "Solve the problem. End with your final answer as <answer>NUMBER</answer>."
 REVISE = "Another debater answered:\n{other}\nCheck both answers and end with your final <answer>NUMBER</answer>."
@@ -55,9 +58,10 @@ def main() -> None:
     task = json.loads(sys.stdin.readline())
     client = OpenAI(max_retries=0)  # OPENAI_BASE_URL and OPENAI_API_KEY: masrl's gateway during training
     question = task["question"]
-    messages_a, a = argue(client, "debater_a", question)
-    messages_b, b = argue(client, "debater_b", question)
-    a, b = revise(client, "debater_a", messages_a, a, b), revise(client, "debater_b", messages_b, b, a)
+    debaters = ("debater_a", "debater_b")
+    with ThreadPoolExecutor(2) as both:  # both debaters at once (the client is safe to share between threads)
+        (messages_a, a), (messages_b, b) = both.map(argue, (client, client), debaters, (question, question))
+        a, b = both.map(revise, (client, client), debaters, (messages_a, messages_b), (a, b), (b, a))
     pick = verdict(ask(client, "judge", [{"role": "user", "content": JUDGE.format(question=question, a=a, b=b)}]))
     rewards = {"debater_a": float(has_answer(a)), "debater_b": float(has_answer(b)), "judge": float(pick is not None)}
     print(json.dumps({"answer": b if pick == "B" else a, "rewards": rewards}))
