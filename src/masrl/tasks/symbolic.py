@@ -14,9 +14,10 @@ So both run in a child process (`SymbolicWorker`): the caller waits for the repl
 call starts a fresh child. The child also limits its own memory and CPU time, so it ends by itself
 if its parent died while it was stuck.
 
-The child is this file run as a script (`python -P symbolic.py ROOT`: `-P` keeps masrl/tasks, whose
-math.py would hide the standard library's, off its path; ROOT, the folder masrl is imported from, is
-put on it for CHAMP's grader). One JSON line `[function, args]` in, one JSON line of its result out;
+The child is a fresh interpreter that imports this module and runs `serve` (`CHILD`, with `-P`: neither
+the working directory nor a script's folder goes on its path; ROOT, the folder masrl is imported from,
+goes first, so the child grades with the caller's copy of masrl, and imports this module once, not once
+more as `__main__`). One JSON line `[function, args]` in, one JSON line of its result out;
 the functions are named in the table `FUNCTIONS`. A function's exception is raised in the caller; running
 out of the child's memory gives the caller's default, as the deadline does.
 """
@@ -52,6 +53,7 @@ MEMORY_BYTES = 2 << 30
 # caller be gone and no one there to kill it.
 REQUEST_CPU_S = 60
 ROOT = str(Path(__file__).resolve().parents[2])  # where `import masrl` finds this copy of masrl
+CHILD = "import sys; sys.path.insert(0, sys.argv[1]); from masrl.tasks.symbolic import serve; serve()"
 
 
 class SymbolicWorker:
@@ -103,12 +105,12 @@ class SymbolicWorker:
             return self._child
         self._stop()  # a dead child's pipes
         child = subprocess.Popen(
-            [sys.executable, "-P", __file__, ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+            [sys.executable, "-P", "-c", CHILD, ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
         )
         if _read_line(child, START_DEADLINE_S) != b"ready":
             _end(child)
             raise RuntimeError(
-                f"the symbolic grading worker ({sys.executable} {__file__}) did not start within "
+                f"the symbolic grading worker ({sys.executable}, masrl.tasks.symbolic.serve) did not start within "
                 f"{START_DEADLINE_S:.0f} s: its error, if any, is above"
             )
         self._child = child
@@ -183,8 +185,6 @@ def _resolve(function: str) -> Callable[..., Any]:
 def serve() -> None:
     """The child: answer `[function, args]` lines on stdin until it closes."""
     _cap(resource.RLIMIT_AS, MEMORY_BYTES)
-    if len(sys.argv) > 1 and sys.argv[1] not in sys.path:
-        sys.path.insert(0, sys.argv[1])  # this copy of masrl, as the caller imported it
     out = sys.stdout.buffer  # the replies; anything a library prints goes to stderr instead
     sys.stdout = sys.stderr
     out.write(b"ready\n")
@@ -205,7 +205,3 @@ def serve() -> None:
 
 WORKER = SymbolicWorker()  # the graders' (math_equal, CHAMP's rule grader)
 atexit.register(WORKER.close)
-
-
-if __name__ == "__main__":
-    serve()
