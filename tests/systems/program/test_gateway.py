@@ -111,31 +111,28 @@ def test_concurrent_calls_are_recorded_in_the_order_they_were_asked():
     assert [c.reply.text for c in asyncio.run(go()).calls] == ["re: a", "re: b"]
 
 
-def test_a_program_s_concurrent_calls_share_one_generation(tiny_engine_agents):
-    """Two calls a program makes at once (asyncio.gather, on its own thread as a program is its own
-    process, 5 ms apart) go out in one batch of two, not in two batches one after the other: the batch waits
-    `SIBLING_GAP` after a call for its siblings. (Without the wait: [1, 1].)"""
+def test_a_program_s_concurrent_calls_share_one_generation(tiny_engine_agents, monkeypatch):
+    """Two calls of one run 5 ms apart (two threads of a program reached the gateway 0.03-9.5 ms apart)
+    go out in one batch of two, not in two batches one after the other: the batch waits `SIBLING_GAP`
+    after a call for the calls beside it. (Without the wait: [1, 1].)"""
     agents = tiny_engine_agents
     service = agents["solver"].service
-
-    async def program(url: str, key: str) -> None:
-        client = AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
-
-        async def ask(i: int):  # the second 5 ms later, as two threads of a program were measured to call
-            await asyncio.sleep(0.005 * i)
-            messages = [{"role": "user", "content": f"Calculate {i} + 3."}]
-            return await client.chat.completions.create(model="solver", messages=messages)
-
-        await asyncio.gather(ask(0), ask(1))
-        await client.close()
+    # The hold as for SmolLM2, whose batches take seconds (a tenth of one: 0.1 s); the tiny model's
+    # take milliseconds, and a tenth of that would cut the batch before any sibling could arrive.
+    monkeypatch.setattr(service, "hold", lambda: 0.1)
 
     async def go():
         gateway = Gateway()
-        async with gateway.serving():
-            s = gateway.open(agents, ["solver"])
-            before = len(service.stats.batch_sizes)
-            await asyncio.to_thread(asyncio.run, program(gateway.url(s), s.key))
-            return service.stats.batch_sizes[before:]
+        s = gateway.open(agents, ["solver"])
+
+        async def ask(i: int, after: float = 0.0):
+            await asyncio.sleep(after)
+            return await s.call("solver", (Message("user", f"Calculate {i} + 3."),), ChatRequest(**chat("", "solver")))
+
+        await ask(0)  # the chat template compiled and the engine warm, so neither delays the first call's batch
+        before = len(service.stats.batch_sizes)
+        await asyncio.gather(ask(1), ask(2, after=0.005))
+        return service.stats.batch_sizes[before:]
 
     assert asyncio.run(go()) == [2]
 
