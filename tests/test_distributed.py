@@ -208,7 +208,11 @@ def test_two_processes_log_the_seeded_metrics_of_one(runs):
         assert a.keys() == b.keys()
         for k, v in a.items():
             # Losses of an on-policy step are 0 up to float noise (~1e-8): absolute, not relative, there.
-            assert b[k] == (pytest.approx(v, rel=1e-6, abs=1e-6) if isinstance(v, float) else v), (a["step"], k)
+            # A gradient's norm is taken at weights the earlier updates already moved apart (below: the
+            # adapters differ after 6 steps): 3.4e-6 relative at step 4 on a CPU with only AVX2 kernels,
+            # under 1e-6 with AVX-512's. Every other float here agreed to 1.3e-7 there.
+            rel = 1e-5 if k.endswith("grad_norm") else 1e-6
+            assert b[k] == (pytest.approx(v, rel=rel, abs=1e-6) if isinstance(v, float) else v), (a["step"], k)
     a, b = _adapter(runs[1]), _adapter(runs[2])
     # Not 1e-6 after 6 AdamW steps of float32: the ranks' micro-batches are cut differently (other
     # padding, other summation order: ~1e-7 relative), and AdamW's lr * g / (|g| + 1e-8) magnifies that
