@@ -1,8 +1,9 @@
 """A debate with one LoRA per role, written with the plain `openai` client and knowing nothing of masrl.
 
 Two debaters answer, each revises after reading the other's answer, and a judge picks one (5 calls).
-The debaters are asked at the same time (two threads), so each round of the debate waits for one
-generation, not two: masrl's gateway puts calls a program makes together into one batch.
+The debaters are asked at the same time (two threads): masrl's gateway puts calls a program makes
+together into one generation when one adapter answers them (`system.trained` mapping both debaters
+to one name), so each round of the debate then waits for one generation, not two.
 The program's answer is the picked debater's answer, not the judge's reply ("A" or "B"): that is what
 training scores and what `masrl serve` answers. Its last line also reports a reward per role (a format
 check it can make without the gold answer: did each debater end with an <answer> tag, did the judge
