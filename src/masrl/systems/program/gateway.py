@@ -23,7 +23,8 @@ milliseconds apart, not in the same event-loop round as the built-in systems' co
 gateway is the service's `Upstream` (masrl.generation.service): while some open episode has no
 call in flight, or called within `SIBLING_GAP` (a program asking two agents at once), more calls
 are coming, and the service holds a batch briefly for them, so the calls of concurrent runs, and a
-run's own concurrent calls, are generated together. Calls are numbered as they arrive, for
+run's own concurrent calls, are generated together (those of one adapter: a batch is one policy's).
+Calls are numbered as they arrive, for
 `max_calls` and replay alike, and recorded in that order.
 
 Routes under `/e/<session>`: `/v1/chat/completions`, `/v1/models`, `POST /v1/rewards`
