@@ -26,38 +26,6 @@ def chat(text: str, model: str = "echo") -> dict:
     return {"model": model, "messages": [{"role": "user", "content": text}]}
 
 
-def test_calls_are_coming_while_an_episode_is_open_with_none_in_flight():
-    """What the generation service asks the gateway before it cuts a batch (masrl.generation.service)."""
-
-    class Held:
-        name = "held"
-
-        def __init__(self):
-            self.release = asyncio.Event()
-
-        async def __call__(self, messages):
-            await self.release.wait()
-            return Reply("ok", 1, 1, 0.0)
-
-    async def go():
-        gateway, agent = Gateway(), Held()
-        seen = [gateway.coming()]
-        session = gateway.open({"held": agent}, [])
-        seen.append(gateway.coming())  # its program is starting or between calls
-        call = asyncio.create_task(session.call("held", (Message("user", "hi"),), ChatRequest(**chat("hi", "held"))))
-        await asyncio.sleep(0)
-        seen.append(gateway.coming())  # it has just called: calls it makes at the same time may follow
-        await asyncio.sleep(SIBLING_GAP * 1.5)
-        seen.append(gateway.coming())  # its call waits for generation: nothing more from it until answered
-        agent.release.set()
-        await call
-        seen.append(gateway.coming())
-        gateway.close(session)
-        return [*seen, gateway.coming()]
-
-    assert asyncio.run(go()) == [False, True, True, False, True, False]
-
-
 class Gate:
     """An agent whose replies wait until the test lets them go, one by one, in any order."""
 
@@ -70,6 +38,28 @@ class Gate:
         self.waiting.append(asyncio.Event())
         await self.waiting[-1].wait()
         return Reply("re: " + messages[-1].content, 1, 1, 0.0)
+
+
+def test_calls_are_coming_while_an_episode_is_open_with_none_in_flight():
+    """What the generation service asks the gateway before it cuts a batch (masrl.generation.service)."""
+
+    async def go():
+        gateway, agent = Gateway(), Gate()
+        seen = [gateway.coming()]
+        session = gateway.open({"gate": agent}, [])
+        seen.append(gateway.coming())  # its program is starting or between calls
+        call = asyncio.create_task(session.call("gate", (Message("user", "hi"),), ChatRequest(**chat("hi", "gate"))))
+        await asyncio.sleep(0)
+        seen.append(gateway.coming())  # it has just called: calls it makes at the same time may follow
+        await asyncio.sleep(SIBLING_GAP * 1.5)
+        seen.append(gateway.coming())  # its call waits for generation: nothing more from it until answered
+        agent.waiting[0].set()
+        await call
+        seen.append(gateway.coming())
+        gateway.close(session)
+        return [*seen, gateway.coming()]
+
+    assert asyncio.run(go()) == [False, True, True, False, True, False]
 
 
 def test_concurrent_calls_count_against_max_calls_when_they_arrive():

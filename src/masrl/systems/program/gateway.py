@@ -24,8 +24,7 @@ gateway is the service's `Upstream` (masrl.generation.service): while some open 
 call in flight, or called within `SIBLING_GAP` (a program asking two agents at once), more calls
 are coming, and the service holds a batch briefly for them, so the calls of concurrent runs, and a
 run's own concurrent calls, are generated together (those of one adapter: a batch is one policy's).
-Calls are numbered as they arrive, for
-`max_calls` and replay alike, and recorded in that order.
+Calls are numbered as they arrive, for `max_calls` and replay alike, and recorded in that order.
 
 Routes under `/e/<session>`: `/v1/chat/completions`, `/v1/models`, `POST /v1/rewards`
 (`{"id": <completion id>, "reward": x}`: a per-call reward) and `GET /v1/calls` (this episode's
